@@ -1,0 +1,1 @@
+"""NFNet for MindSpore: models, data, optimizers, schedules and training cells."""

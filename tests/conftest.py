@@ -1,0 +1,34 @@
+"""Shared test setup: every test runs MindSpore on the CPU backend."""
+import os
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _mindspore_cpu():
+    import mindspore
+
+    mindspore.set_device("CPU")
+    yield
+
+
+@pytest.fixture()
+def pynative():
+    import mindspore
+
+    mindspore.set_context(mode=mindspore.PYNATIVE_MODE)
+    yield
+
+
+@pytest.fixture()
+def graph_mode():
+    import mindspore
+
+    mindspore.set_context(mode=mindspore.GRAPH_MODE)
+    yield
+    mindspore.set_context(mode=mindspore.PYNATIVE_MODE)
