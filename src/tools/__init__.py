@@ -1,0 +1,1 @@
+"""Training utilities: optimizers, learning-rate schedules, losses and weight conversion."""
