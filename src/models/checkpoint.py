@@ -1,0 +1,83 @@
+"""Loading weights into a network with a clear account of what did not fit."""
+import os
+
+import mindspore as ms
+from mindspore import Tensor
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be loaded into the network; the message names what does not fit."""
+
+
+def _head_names(network):
+    return {name for name, _ in network.parameters_and_names() if name.startswith("head.")}
+
+
+def _short_list(items, limit=6):
+    items = sorted(items)
+    text = ", ".join(items[:limit])
+    return text + (f" (+{len(items) - limit} more)" if len(items) > limit else "")
+
+
+def read_checkpoint(path):
+    """name -> numpy array of a MindSpore .ckpt or .safetensors file."""
+    if not os.path.isfile(path):
+        raise CheckpointError(f"checkpoint not found: {path}")
+    fmt = "safetensors" if path.endswith(".safetensors") else "ckpt"
+    try:
+        params = ms.load_checkpoint(path, format=fmt)
+    except Exception as exc:  # MindSpore raises ValueError/RuntimeError with multi-line text
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"{path} is not a readable MindSpore checkpoint ({first})") from None
+    return {name: p.asnumpy() for name, p in params.items()}
+
+
+def load_model_weights(network, checkpoint_path, prefix="", drop_head=False):
+    """Copy the weights stored under `prefix` in `checkpoint_path` into `network`.
+
+    Entries whose top-level name is not a child of the network (optimizer moments, step
+    counters, loss scale, EMA copies under another prefix) are training state and are
+    ignored. Every network parameter must be present with the same shape, and no entry
+    under the network's own top-level names may be left over; otherwise CheckpointError
+    lists the missing, unexpected and mis-shaped names. With drop_head=True (fine-tuning)
+    a classifier of another class count keeps its fresh initialization instead.
+    Returns the list of parameter names that kept their initialization.
+    """
+    stored = read_checkpoint(checkpoint_path)
+    own = dict(network.parameters_and_names())
+    top_level = {name.split(".", 1)[0] for name in own}
+    weights = {}
+    for name, value in stored.items():
+        if prefix and not name.startswith(prefix):
+            continue
+        key = name[len(prefix):]
+        if key.split(".", 1)[0] in top_level:
+            weights[key] = value
+    if not weights:
+        raise CheckpointError(f"{checkpoint_path} holds no weights for this network"
+                              + (f" under prefix {prefix!r}" if prefix else ""))
+    missing = set(own) - set(weights)
+    unexpected = set(weights) - set(own)
+    misshaped = {n for n in set(own) & set(weights) if tuple(weights[n].shape) != tuple(own[n].shape)}
+    kept = []
+    if drop_head and misshaped and misshaped <= _head_names(network):
+        kept, misshaped = sorted(misshaped), set()
+    if missing or unexpected or misshaped:
+        parts = []
+        if missing:
+            parts.append(f"{len(missing)} missing ({_short_list(missing)})")
+        if unexpected:
+            parts.append(f"{len(unexpected)} unexpected ({_short_list(unexpected)})")
+        if misshaped:
+            shapes = [f"{n}: checkpoint {tuple(weights[n].shape)} vs model {tuple(own[n].shape)}"
+                      for n in sorted(misshaped)]
+            parts.append(f"{len(misshaped)} mis-shaped ({_short_list(shapes, 3)})")
+        hint = ""
+        if misshaped and misshaped <= _head_names(network) and not drop_head:
+            hint = "; the classifier has another class count: fine-tune with the head re-initialized (--finetune)"
+        raise CheckpointError(f"{checkpoint_path} does not fit the network: " + "; ".join(parts) + hint)
+    for name, param in own.items():
+        if name in kept:
+            continue
+        param.set_data(Tensor(weights[name].astype(ms.dtype_to_nptype(param.dtype)).reshape(param.shape)))
+    return kept

@@ -1,0 +1,26 @@
+"""create_model: the single entry point scripts use to build a network."""
+from .checkpoint import load_model_weights
+from .registry import model_entrypoint
+
+
+def create_model(name, num_classes=1000, drop_rate=0.0, drop_path_rate=0.0, drop_path_mode="deepmind",
+                 in_chans=3, checkpoint_path=None, checkpoint_prefix="", finetune=False):
+    """Build a registered model and optionally load weights.
+
+    Args:
+        name: registered variant, e.g. "dm_nfnet_f0" (see list_models()).
+        num_classes: classifier outputs.
+        drop_rate: dropout before the classifier (F0: 0.2).
+        drop_path_rate: stochastic-depth rate of the deepest block.
+        drop_path_mode: "deepmind" (rate*i/N, no rescale) or "timm" (linspace, rescaled by 1/keep).
+        in_chans: input channels.
+        checkpoint_path: MindSpore .ckpt/.safetensors to load (a timm checkpoint converted by
+            `python -m src.tools.convert_weights`).
+        checkpoint_prefix: name prefix of the weights inside the checkpoint (e.g. "ema." for EMA weights).
+        finetune: keep a freshly initialized classifier when the checkpoint's has another class count.
+    """
+    network = model_entrypoint(name)(num_classes=num_classes, in_chans=in_chans, drop_rate=drop_rate,
+                                     drop_path_rate=drop_path_rate, drop_path_mode=drop_path_mode)
+    if checkpoint_path:
+        load_model_weights(network, checkpoint_path, prefix=checkpoint_prefix, drop_head=finetune)
+    return network

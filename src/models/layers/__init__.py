@@ -1,0 +1,7 @@
+"""Building blocks shared by the NFNet models."""
+from .activations import GammaAct, NONLINEARITY_GAMMA
+from .drop_path import DropPath
+from .squeeze_excite import SqueezeExcite
+from .std_conv import ScaledStdConv2d
+
+__all__ = ["GammaAct", "NONLINEARITY_GAMMA", "DropPath", "SqueezeExcite", "ScaledStdConv2d"]

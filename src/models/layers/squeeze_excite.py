@@ -1,0 +1,25 @@
+"""Squeeze-and-excitation gating."""
+import math
+
+from mindspore import nn, ops
+from mindspore.common.initializer import Normal, Zero
+
+
+class SqueezeExcite(nn.Cell):
+    """x * sigmoid(fc2(relu(fc1(mean_hw(x))))), with plain (not standardized) 1x1 convs.
+
+    Names fc1/fc2 and their shapes follow timm's SEModule so weights move 1:1. The SE
+    output is computed in float32 (the gate is sensitive to low precision under AMP).
+    """
+
+    def __init__(self, channels, rd_channels):
+        super().__init__()
+        self.fc1 = nn.Conv2d(channels, rd_channels, 1, has_bias=True,
+                             weight_init=Normal(1.0 / math.sqrt(channels)), bias_init=Zero())
+        self.fc2 = nn.Conv2d(rd_channels, channels, 1, has_bias=True,
+                             weight_init=Normal(1.0 / math.sqrt(rd_channels)), bias_init=Zero())
+
+    def construct(self, x):
+        s = ops.mean(x, (2, 3), keep_dims=True)
+        s = ops.relu(self.fc1(s))
+        return x * ops.sigmoid(self.fc2(s))

@@ -1,0 +1,56 @@
+"""Scaled weight-standardized convolution (Brock et al. 2021, eq. 5; timm's ScaledStdConv2dSame)."""
+import math
+
+import mindspore as ms
+import numpy as np
+from mindspore import Parameter, Tensor, nn, ops
+from mindspore.common.initializer import Normal, Zero, initializer
+
+
+class ScaledStdConv2d(nn.Cell):
+    """Conv2d whose weight is standardized per output channel on every call:
+
+        w_hat = (w - mean(w)) / sqrt(var(w) + eps) * gain * gamma / sqrt(fan_in)
+
+    with mean/var over (in, kh, kw) and the population variance, exactly timm's form
+    (eps 1e-5 for NFNets). Padding is TensorFlow SAME (`pad_mode='same'`): asymmetric
+    (0 before, 1 after) for a 3x3 stride-2 conv on an even input, as DeepMind's weights
+    expect. Parameters: weight (out, in/groups, k, k), bias (out,), gain (out, 1, 1, 1),
+    named and shaped like timm's so checkpoints move 1:1.
+    """
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, groups=1,
+                 gamma=1.0, eps=1e-5, gain_init=1.0):
+        super().__init__()
+        if in_channels % groups or out_channels % groups:
+            raise ValueError(f"channels {in_channels}->{out_channels} not divisible by groups={groups}")
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.kernel_size = kernel_size
+        self.stride = stride
+        self.groups = groups
+        self.eps = eps
+        fan_in = in_channels // groups * kernel_size * kernel_size
+        self.scale = gamma / math.sqrt(fan_in)
+        shape = (out_channels, in_channels // groups, kernel_size, kernel_size)
+        # timm: kaiming_normal_(mode='fan_in', nonlinearity='linear') -> std 1/sqrt(fan_in)
+        self.weight = Parameter(initializer(Normal(1.0 / math.sqrt(fan_in)), shape, ms.float32), name="weight")
+        self.bias = Parameter(initializer(Zero(), (out_channels,), ms.float32), name="bias")
+        self.gain = Parameter(Tensor(np.full((out_channels, 1, 1, 1), gain_init, np.float32)), name="gain")
+
+    def standardized_weight(self):
+        """The weight the convolution actually uses (float32, whatever the AMP level)."""
+        w = self.weight.astype(ms.float32)
+        mean = ops.mean(w, (1, 2, 3), keep_dims=True)
+        centered = w - mean
+        var = ops.mean(centered * centered, (1, 2, 3), keep_dims=True)
+        return centered * ops.rsqrt(var + self.eps) * (self.gain.astype(ms.float32) * self.scale)
+
+    def construct(self, x):
+        w = self.standardized_weight().astype(x.dtype)
+        return ops.conv2d(x, w, self.bias.astype(x.dtype), stride=self.stride,
+                          pad_mode="same", groups=self.groups)
+
+    def extend_repr(self):
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}, groups={self.groups}, eps={self.eps}")

@@ -1,0 +1,264 @@
+"""Normalizer-Free ResNets, NFNet-F family (Brock et al. 2021, arXiv 2102.06171).
+
+The network follows DeepMind's nfnets/nfnet.py and is laid out like timm's
+dm_nfnet_* models (same module names and parameter shapes), so a timm checkpoint
+loads 1:1. Every architectural knob lives in `NfCfg`; a variant is one line in
+`MODEL_CFGS`.
+"""
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+from functools import partial
+from typing import Tuple
+
+import numpy as np
+from mindspore import Parameter, Tensor, nn, ops
+from mindspore.common.initializer import Normal, Zero
+
+from .layers import DropPath, GammaAct, ScaledStdConv2d, SqueezeExcite
+from .registry import register_model
+
+
+@dataclass(frozen=True)
+class NfCfg:
+    """Architecture of one NFNet variant (DeepMind's defaults for the F family)."""
+
+    depths: Tuple[int, ...]
+    channels: Tuple[int, ...] = (256, 512, 1536, 1536)
+    stem_chs: int = 128
+    group_size: int = 128
+    bottle_ratio: float = 0.5
+    feat_mult: float = 2.0
+    alpha: float = 0.2
+    attn_gain: float = 2.0
+    se_ratio: float = 0.5
+    act_layer: str = "gelu"
+    std_conv_eps: float = 1e-5
+    train_size: int = 192
+    test_size: int = 256
+
+
+def make_divisible(v, divisor=8):
+    """Channel rounding used by timm for the SE width (round to nearest, never below divisor)."""
+    return max(divisor, int(v + divisor / 2) // divisor * divisor)
+
+
+MODEL_CFGS = {
+    "dm_nfnet_f0": NfCfg(depths=(1, 2, 6, 3), train_size=192, test_size=256),
+    "dm_nfnet_f1": NfCfg(depths=(2, 4, 12, 6), train_size=224, test_size=320),
+    "dm_nfnet_f2": NfCfg(depths=(3, 6, 18, 9), train_size=256, test_size=352),
+    "dm_nfnet_f3": NfCfg(depths=(4, 8, 24, 12), train_size=320, test_size=416),
+    "dm_nfnet_f4": NfCfg(depths=(5, 10, 30, 15), train_size=384, test_size=512),
+    "dm_nfnet_f5": NfCfg(depths=(6, 12, 36, 18), train_size=416, test_size=544),
+    "dm_nfnet_f6": NfCfg(depths=(7, 14, 42, 21), train_size=448, test_size=576),
+    # Small variant for CPU demos and tests: every mechanism of the F family, ~1/100 of F0's width.
+    "dm_nfnet_nano": NfCfg(depths=(1, 1, 1, 1), channels=(64, 128, 256, 256), stem_chs=32,
+                           group_size=16, train_size=64, test_size=64),
+}
+
+
+def drop_path_rates(drop_path_rate, depths, mode="deepmind"):
+    """Per-block stochastic-depth rates, flattened over all blocks.
+
+    deepmind: rate * i / N for block i = 0..N-1 (nfnets/nfnet.py).
+    timm: linspace(0, rate, N).
+    """
+    n = sum(depths)
+    if mode == "deepmind":
+        return [drop_path_rate * i / n for i in range(n)]
+    if mode == "timm":
+        return np.linspace(0.0, drop_path_rate, n).tolist()
+    raise ValueError(f"unknown drop_path_mode {mode!r}; allowed: ['deepmind', 'timm']")
+
+
+class DownsampleAvg(nn.Cell):
+    """Shortcut when a block changes width or stride: conv1x1(avgpool2x2s2(x)).
+
+    The pool exists only for stride 2. pad_mode='same' pads after the input and averages
+    over the valid pixels only, which equals PyTorch's AvgPool2d(2, 2, ceil_mode=True,
+    count_include_pad=False) used by timm, on even and odd sizes alike.
+    """
+
+    def __init__(self, in_chs, out_chs, stride, conv_layer):
+        super().__init__()
+        self.pool = nn.AvgPool2d(2, 2, pad_mode="same") if stride > 1 else nn.Identity()
+        self.conv = conv_layer(in_chs, out_chs, 1)
+
+    def construct(self, x):
+        return self.conv(self.pool(x))
+
+
+class NormFreeBlock(nn.Cell):
+    """NF bottleneck block (DeepMind's NFBlock with extra conv2b):
+
+        out = act(x) * beta
+        shortcut = x, or downsample(out) when width or stride change
+        out = conv3(act(conv2b(act(conv2(act(conv1(out)))))))
+        out = attn_gain * SE(out)
+        out = drop_path(out) * skipinit_gain
+        return out * alpha + shortcut
+    """
+
+    def __init__(self, in_chs, out_chs, stride, alpha, beta, cfg, conv_layer, act_layer, drop_path_rate,
+                 drop_path_mode="deepmind"):
+        super().__init__()
+        mid_chs = make_divisible(out_chs * cfg.bottle_ratio, 8)
+        groups = mid_chs // cfg.group_size
+        mid_chs = cfg.group_size * groups
+        self.alpha = alpha
+        self.beta = beta
+        self.attn_gain = cfg.attn_gain
+        self.downsample = None
+        if in_chs != out_chs or stride != 1:
+            self.downsample = DownsampleAvg(in_chs, out_chs, stride, conv_layer)
+        self.act1 = act_layer()
+        self.conv1 = conv_layer(in_chs, mid_chs, 1)
+        self.act2 = act_layer()
+        self.conv2 = conv_layer(mid_chs, mid_chs, 3, stride=stride, groups=groups)
+        self.act2b = act_layer()
+        self.conv2b = conv_layer(mid_chs, mid_chs, 3, groups=groups)
+        self.act3 = act_layer()
+        self.conv3 = conv_layer(mid_chs, out_chs, 1)
+        self.attn_last = SqueezeExcite(out_chs, make_divisible(out_chs * cfg.se_ratio, 8))
+        self.drop_path = DropPath(drop_path_rate, scale_by_keep=drop_path_mode == "timm") \
+            if drop_path_rate > 0 else nn.Identity()
+        self.skipinit_gain = Parameter(Tensor(0.0), name="skipinit_gain")
+
+    def construct(self, x):
+        out = self.act1(x) * self.beta
+        shortcut = x
+        if self.downsample is not None:
+            shortcut = self.downsample(out)
+        out = self.conv1(out)
+        out = self.conv2(self.act2(out))
+        out = self.conv2b(self.act2b(out))
+        out = self.conv3(self.act3(out))
+        out = self.attn_gain * self.attn_last(out)
+        out = self.drop_path(out) * self.skipinit_gain.astype(out.dtype)
+        return out * self.alpha + shortcut
+
+
+def create_stem(in_chs, out_chs, conv_layer, act_layer):
+    """DeepMind's 'deep_quad' stem: four 3x3 convs (strides 2, 1, 1, 2), no activation after the last."""
+    chs = (out_chs // 8, out_chs // 4, out_chs // 2, out_chs)
+    strides = (2, 1, 1, 2)
+    layers = OrderedDict()
+    for i, (c, s) in enumerate(zip(chs, strides)):
+        layers[f"conv{i + 1}"] = conv_layer(in_chs, c, 3, stride=s)
+        if i != len(chs) - 1:
+            layers[f"act{i + 2}"] = act_layer()
+        in_chs = c
+    return nn.SequentialCell(layers)
+
+
+class ClassifierHead(nn.Cell):
+    """Global average pool, dropout, linear classifier (timm's names: head.fc)."""
+
+    def __init__(self, in_chs, num_classes, drop_rate=0.0):
+        super().__init__()
+        self.drop = nn.Dropout(p=drop_rate) if drop_rate > 0 else nn.Identity()
+        self.fc = nn.Dense(in_chs, num_classes, weight_init=Normal(0.01), bias_init=Zero())
+
+    def construct(self, x):
+        x = ops.mean(x, (2, 3))
+        return self.fc(self.drop(x))
+
+
+class NormFreeNet(nn.Cell):
+    """NFNet: stem, four stages of NormFreeBlocks, final 1x1 conv, classifier head.
+
+    beta bookkeeping (DeepMind): expected_std starts at 1; block beta = 1/expected_std;
+    after each block expected_std^2 += alpha^2, reset to 1 + alpha^2 after a stage's
+    first block (whose shortcut carries the activations at unit variance).
+    """
+
+    def __init__(self, cfg, num_classes=1000, in_chans=3, drop_rate=0.0, drop_path_rate=0.0,
+                 drop_path_mode="deepmind"):
+        super().__init__()
+        self.cfg = cfg
+        self.num_classes = num_classes
+        conv_layer = partial(ScaledStdConv2d, eps=cfg.std_conv_eps)
+        act_layer = partial(GammaAct, cfg.act_layer)
+        self.stem = create_stem(in_chans, cfg.stem_chs, conv_layer, act_layer)
+        rates = drop_path_rates(drop_path_rate, cfg.depths, drop_path_mode)
+        prev_chs, expected_var, block_idx = cfg.stem_chs, 1.0, 0
+        stages = []
+        for stage_idx, (depth, out_chs) in enumerate(zip(cfg.depths, cfg.channels)):
+            blocks = []
+            for i in range(depth):
+                blocks.append(NormFreeBlock(
+                    prev_chs, out_chs, stride=(1 if stage_idx == 0 else 2) if i == 0 else 1,
+                    alpha=cfg.alpha, beta=1.0 / math.sqrt(expected_var), cfg=cfg,
+                    conv_layer=conv_layer, act_layer=act_layer,
+                    drop_path_rate=rates[block_idx], drop_path_mode=drop_path_mode))
+                if i == 0:
+                    expected_var = 1.0
+                expected_var += cfg.alpha ** 2
+                prev_chs = out_chs
+                block_idx += 1
+            stages.append(nn.SequentialCell(blocks))
+        self.stages = nn.SequentialCell(stages)
+        self.num_features = int(cfg.channels[-1] * cfg.feat_mult)
+        self.final_conv = conv_layer(prev_chs, self.num_features, 1)
+        self.final_act = act_layer()
+        self.head = ClassifierHead(self.num_features, num_classes, drop_rate)
+
+    def forward_features(self, x):
+        x = self.stem(x)
+        x = self.stages(x)
+        return self.final_act(self.final_conv(x))
+
+    def construct(self, x):
+        return self.head(self.forward_features(x))
+
+
+def _create(name, **kwargs):
+    return NormFreeNet(MODEL_CFGS[name], **kwargs)
+
+
+@register_model
+def dm_nfnet_f0(**kwargs):
+    """NFNet-F0, DeepMind configuration (71.5M parameters, 192 train / 256 test)."""
+    return _create("dm_nfnet_f0", **kwargs)
+
+
+@register_model
+def dm_nfnet_f1(**kwargs):
+    """NFNet-F1 (132.6M parameters, 224 / 320)."""
+    return _create("dm_nfnet_f1", **kwargs)
+
+
+@register_model
+def dm_nfnet_f2(**kwargs):
+    """NFNet-F2 (193.8M parameters, 256 / 352)."""
+    return _create("dm_nfnet_f2", **kwargs)
+
+
+@register_model
+def dm_nfnet_f3(**kwargs):
+    """NFNet-F3 (254.9M parameters, 320 / 416)."""
+    return _create("dm_nfnet_f3", **kwargs)
+
+
+@register_model
+def dm_nfnet_f4(**kwargs):
+    """NFNet-F4 (316.1M parameters, 384 / 512)."""
+    return _create("dm_nfnet_f4", **kwargs)
+
+
+@register_model
+def dm_nfnet_f5(**kwargs):
+    """NFNet-F5 (377.2M parameters, 416 / 544)."""
+    return _create("dm_nfnet_f5", **kwargs)
+
+
+@register_model
+def dm_nfnet_f6(**kwargs):
+    """NFNet-F6 (438.4M parameters, 448 / 576)."""
+    return _create("dm_nfnet_f6", **kwargs)
+
+
+@register_model
+def dm_nfnet_nano(**kwargs):
+    """A ~0.9M-parameter NFNet with every F-family mechanism, for CPU demos and tests (64x64 input)."""
+    return _create("dm_nfnet_nano", **kwargs)
