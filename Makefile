@@ -1,0 +1,41 @@
+# The two commands of the README: `make demo` and `make test`. Both create .venv when absent.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+
+.PHONY: demo test test-slow bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install --upgrade pip
+
+# Stamp files: reinstall only when a requirements file changes.
+$(VENV)/.requirements: requirements.txt | $(PY)
+	$(PIP) install -r requirements.txt
+	touch $@
+
+$(VENV)/.requirements-demo: requirements-demo.txt $(VENV)/.requirements
+	$(PIP) install -r requirements-demo.txt
+	touch $@
+
+$(VENV)/.requirements-dev: requirements-dev.txt $(VENV)/.requirements-demo
+	$(PIP) install -r requirements-dev.txt
+	touch $@
+
+# shellcheck (Debian package) checks the shell scripts in the tests
+shellcheck:
+	@command -v shellcheck >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq shellcheck >/dev/null; \
+	  else sudo apt-get update -qq && sudo apt-get install -y -qq shellcheck >/dev/null; fi; }
+
+test: $(VENV)/.requirements-dev shellcheck
+	$(PY) -m pytest
+
+demo: $(VENV)/.requirements-demo
+	bash scripts/run_demo.sh
+
+clean:
+	rm -rf outputs data/digits .pytest_cache
+
+.PHONY: shellcheck
