@@ -1,0 +1,97 @@
+"""ImageNet-layout folders: root/<split>/<class>/<image>, checked before any model is built.
+
+Nothing here imports MindSpore, so train.py / eval.py can validate the dataset
+layout (and fail with one line naming the culprit) before paying for heavy imports.
+"""
+import os
+
+IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
+
+
+class DatasetError(ValueError):
+    """A user-facing problem with the data: the message is one line naming the path."""
+
+
+def _short_list(names, limit=5):
+    names = sorted(names)
+    text = ", ".join(names[:limit])
+    if len(names) > limit:
+        text += f", ... ({len(names) - limit} more)"
+    return text
+
+
+def find_classes(split_dir):
+    """Sorted class-folder names of ``split_dir`` (hidden folders such as .ipynb_checkpoints are skipped)."""
+    if not os.path.exists(split_dir):
+        raise DatasetError(f"dataset path not found: {split_dir}")
+    if not os.path.isdir(split_dir):
+        raise DatasetError(f"dataset path is not a directory: {split_dir}")
+    classes = sorted(e.name for e in os.scandir(split_dir) if e.is_dir() and not e.name.startswith("."))
+    if not classes:
+        raise DatasetError(f"no class folders in {split_dir} (expected {split_dir}/<class>/<image>)")
+    return classes
+
+
+def _list_images(class_dir):
+    """Image files under ``class_dir`` (recursively, like torchvision's ImageFolder), sorted by path."""
+    found = []
+    for dirpath, dirnames, filenames in os.walk(class_dir, followlinks=True):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+        found.extend(os.path.join(dirpath, f) for f in filenames
+                     if f.lower().endswith(IMG_EXTENSIONS) and not f.startswith("."))
+    return sorted(found)
+
+
+def scan_image_folder(split_dir):
+    """List the images of one split.
+
+    Returns ``(samples, classes)``: ``samples`` is a list of ``(path, class_index)``
+    sorted by class then path, ``classes`` the sorted class-folder names (the class
+    index is the position in this list, as in torchvision's ImageFolder).
+    Only names ending in one of ``IMG_EXTENSIONS`` (any case) are images; whether
+    they decode is checked when they are loaded (see ``dataset.ImageFolderSource``).
+
+    Raises DatasetError for a missing path, a split without class folders, a split
+    without images, or class folders that hold no image.
+    """
+    classes = find_classes(split_dir)
+    samples, empty = [], []
+    for index, name in enumerate(classes):
+        files = _list_images(os.path.join(split_dir, name))
+        if not files:
+            empty.append(name)
+        samples.extend((path, index) for path in files)
+    if not samples:
+        raise DatasetError(f"no images ({'/'.join(IMG_EXTENSIONS)}) in {split_dir}")
+    if empty:
+        raise DatasetError(f"class folders without images in {split_dir}: {_short_list(empty)}")
+    return samples, classes
+
+
+def check_dataset_layout(data_path, train_split="train", val_split="val", num_classes=None):
+    """Check ``data_path/<train_split>`` and ``data_path/<val_split>`` before a model is built.
+
+    Either split may be None to skip it (eval.py needs only the validation split).
+    Raises DatasetError when a split is missing or empty, when the class folders
+    differ between the splits (naming the classes only in one of them), or when
+    their number differs from ``num_classes``. Returns the sorted class names.
+    """
+    if not os.path.isdir(data_path):
+        raise DatasetError(f"dataset path not found: {data_path}")
+    found = {}
+    for split in (train_split, val_split):
+        if split is not None:
+            split_dir = os.path.join(data_path, split)
+            found[split_dir] = scan_image_folder(split_dir)[1]
+    if not found:
+        raise DatasetError("check_dataset_layout needs at least one split")
+    (first_dir, first), *rest = found.items()
+    for other_dir, other in rest:
+        only_first, only_other = set(first) - set(other), set(other) - set(first)
+        if only_first or only_other:
+            parts = [f"only in {d}: {_short_list(names)}"
+                     for d, names in ((first_dir, only_first), (other_dir, only_other)) if names]
+            raise DatasetError("class folders differ between splits; " + "; ".join(parts))
+    if num_classes is not None and len(first) != num_classes:
+        raise DatasetError(f"found {len(first)} class folders in {first_dir}, but num_classes is {num_classes}")
+    return first

@@ -1,0 +1,321 @@
+"""Image loading and the per-image train / eval transforms (PIL + NumPy, no MindSpore, no torch).
+
+Every resize here is done by PIL (``Image.resize``, antialiased bicubic by
+default) - the same library and code path timm uses - so one PIL image goes
+through exactly the same arithmetic in training, in eval.py, in evaluation
+during training and in preprocess.py. Both factories return a callable
+``(PIL.Image) -> np.ndarray`` float32 CHW, normalized by ``mean`` / ``std``.
+
+Random draws (crop, flip, and the augment package) come from NumPy's global
+random state, which the dataset source re-seeds per sample (see dataset.py).
+"""
+import math
+
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+
+from .folder import DatasetError
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+_INTERPOLATIONS = {
+    "nearest": Image.Resampling.NEAREST,
+    "bilinear": Image.Resampling.BILINEAR,
+    "bicubic": Image.Resampling.BICUBIC,
+    "lanczos": Image.Resampling.LANCZOS,
+    "box": Image.Resampling.BOX,
+    "hamming": Image.Resampling.HAMMING,
+}
+# timm's 'random' interpolation picks one of these per image
+_RANDOM_INTERPOLATIONS = (Image.Resampling.BILINEAR, Image.Resampling.BICUBIC)
+EVAL_CROP_MODES = ("pixels", "squash", "shorter")
+
+
+class UnreadableImageError(DatasetError):
+    """An image file that cannot be decoded; ``path`` names it.
+
+    Constructible from the message alone: MindSpore re-raises a worker's exception
+    in the main process as ``type(exc)(formatted_traceback)``.
+    """
+
+    def __init__(self, message, path=None):
+        super().__init__(message)
+        self.path = path
+
+
+def pil_interpolation(name):
+    """PIL resampling filter for a timm-style name ('bicubic', 'bilinear', ...)."""
+    try:
+        return _INTERPOLATIONS[name]
+    except KeyError:
+        raise ValueError(f"unknown interpolation '{name}', expected one of {sorted(_INTERPOLATIONS)}") from None
+
+
+# ----------------------------------------------------------------------------- loading
+
+def _high_bit_depth_to_l(img):
+    """16/32-bit integer or float grayscale -> 8-bit 'L'.
+
+    'I;16*' (16-bit PNG/TIFF) and 'I' (32-bit int; older Pillow opened 16-bit PNGs
+    this way) are taken as 0..65535 and mapped to 0..255 with rounding; 'F' (float)
+    is clipped to 0..255 and rounded, as Pillow's own F -> L conversion does.
+    """
+    arr = np.asarray(img)
+    if img.mode == "F":
+        out = np.clip(np.rint(arr), 0, 255)
+    else:
+        arr = np.clip(arr.astype(np.int64), 0, 65535)
+        out = (arr * 255 + 32767) // 65535
+    return Image.fromarray(out.astype(np.uint8))  # 2-D uint8: mode L
+
+
+def to_rgb(img):
+    """Convert any PIL mode to 8-bit RGB.
+
+    Alpha (RGBA, LA, PA, palette transparency) is dropped, not composited: the RGB
+    values under the alpha channel are kept, as timm's and torchvision's loaders do
+    with ``convert('RGB')``, so images load the same way the reference weights saw them.
+    Grayscale is replicated to 3 channels; CMYK uses Pillow's conversion (Adobe's
+    inverted-CMYK JPEGs are handled by the JPEG decoder).
+    """
+    if img.mode == "RGB":
+        return img
+    if img.mode.startswith("I") or img.mode == "F":
+        img = _high_bit_depth_to_l(img)
+    elif img.mode == "P":
+        img = img.convert("RGBA")  # P with transparency straight to RGB makes Pillow warn
+    return img.convert("RGB")
+
+
+def load_image(path):
+    """Open ``path`` and return a fully decoded 8-bit RGB PIL image.
+
+    Raises UnreadableImageError (a DatasetError naming the file) for missing,
+    empty, truncated, corrupt or non-image files.
+    """
+    try:
+        with Image.open(path) as img:
+            img.load()  # decode now: a truncated file fails here, not later in a transform
+            return to_rgb(img)
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise UnreadableImageError(f"unreadable image {path}: {reason}", path) from exc
+
+
+# ----------------------------------------------------------------------------- shared steps
+
+class ToNormalizedCHW:
+    """uint8 HWC image -> float32 CHW, ``(x / 255 - mean) / std``.
+
+    The operations and their float32 order match torchvision's ToTensor + Normalize,
+    so the result equals timm's eval tensor bit for bit.
+    """
+
+    def __init__(self, mean=IMAGENET_MEAN, std=IMAGENET_STD):
+        self.mean = np.asarray(mean, dtype=np.float32).reshape(3, 1, 1)
+        self.std = np.asarray(std, dtype=np.float32).reshape(3, 1, 1)
+
+    def __call__(self, img):
+        chw = np.asarray(img, dtype=np.uint8).transpose(2, 0, 1).astype(np.float32) / np.float32(255)
+        return np.ascontiguousarray((chw - self.mean) / self.std)
+
+
+def center_crop(img, size):
+    """Center crop ``size`` (int or (h, w)) with torchvision's offsets: round((W - w) / 2) (half to even)."""
+    height, width = (size, size) if isinstance(size, int) else size
+    if height > img.height or width > img.width:
+        raise ValueError(f"center crop {height}x{width} is larger than the image {img.height}x{img.width}")
+    top = int(round((img.height - height) / 2.0))
+    left = int(round((img.width - width) / 2.0))
+    return img.crop((left, top, left + width, top + height))
+
+
+# ----------------------------------------------------------------------------- train
+
+class RandomResizedCrop:
+    """Random area / aspect crop resized to ``size`` x ``size`` (timm's RandomResizedCropAndInterpolation).
+
+    Ten attempts draw an area fraction uniformly in ``scale`` and a log-uniform
+    aspect ratio in ``ratio``; the first crop that fits is used. Otherwise the
+    center crop with the aspect ratio clamped to ``ratio`` (the whole image when it fits).
+    """
+
+    def __init__(self, size, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), interpolation="bicubic"):
+        if scale[0] > scale[1] or ratio[0] > ratio[1]:
+            raise ValueError(f"scale {scale} and ratio {ratio} must be (min, max)")
+        self.size = size
+        self.scale = scale
+        self.ratio = ratio
+        self.interpolation = interpolation
+        self.resample = None if interpolation == "random" else pil_interpolation(interpolation)
+
+    def get_params(self, width, height):
+        """Crop box (top, left, crop_height, crop_width) for an image of ``width`` x ``height``."""
+        area = width * height
+        log_ratio = (math.log(self.ratio[0]), math.log(self.ratio[1]))
+        for _ in range(10):
+            target_area = np.random.uniform(*self.scale) * area
+            aspect = math.exp(np.random.uniform(*log_ratio))
+            w = int(round(math.sqrt(target_area * aspect)))
+            h = int(round(math.sqrt(target_area / aspect)))
+            if 0 < w <= width and 0 < h <= height:
+                return np.random.randint(0, height - h + 1), np.random.randint(0, width - w + 1), h, w
+        in_ratio = width / height
+        if in_ratio < self.ratio[0]:
+            w, h = width, int(round(width / self.ratio[0]))
+        elif in_ratio > self.ratio[1]:
+            w, h = int(round(height * self.ratio[1])), height
+        else:
+            w, h = width, height
+        return (height - h) // 2, (width - w) // 2, h, w
+
+    def __call__(self, img):
+        top, left, h, w = self.get_params(img.width, img.height)
+        resample = self.resample
+        if resample is None:
+            resample = _RANDOM_INTERPOLATIONS[np.random.randint(len(_RANDOM_INTERPOLATIONS))]
+        return img.crop((left, top, left + w, top + h)).resize((self.size, self.size), resample)
+
+
+class RandomHorizontalFlip:
+    def __init__(self, prob=0.5):
+        self.prob = prob
+
+    def __call__(self, img):
+        if np.random.random() < self.prob:
+            return img.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
+        return img
+
+
+class Compose:
+    """Apply callables in order (picklable, so it can run in worker processes)."""
+
+    def __init__(self, steps):
+        self.steps = list(steps)
+
+    def __call__(self, x):
+        for step in self.steps:
+            x = step(x)
+        return x
+
+    def __repr__(self):
+        return "Compose(" + ", ".join(type(s).__name__ for s in self.steps) + ")"
+
+
+def create_train_transform(input_size, interpolation="bicubic", scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3),
+                           hflip=0.5, auto_augment=None, mean=IMAGENET_MEAN, std=IMAGENET_STD,
+                           re_prob=0.0, re_mode="pixel", re_count=1):
+    """Training transform: ``(PIL RGB image) -> float32 CHW array`` of ``input_size`` x ``input_size``.
+
+    Args:
+        input_size: output side in pixels (F0 trains at 192).
+        interpolation: resize filter of the random resized crop and of RandAugment's
+            geometric ops ('bicubic', 'bilinear', ..., or 'random' = bilinear/bicubic per image).
+        scale: range of the crop area as a fraction of the image area.
+        ratio: range of the crop aspect ratio (width / height), sampled log-uniformly.
+        hflip: probability of a horizontal flip.
+        auto_augment: timm-style RandAugment string such as 'rand-m5-n4-mstd0.5-inc1', or None / ''.
+        mean, std: per-channel normalization of the 0..1 image.
+        re_prob, re_mode, re_count: random erasing on the normalized array (off when re_prob is 0).
+    """
+    steps = [RandomResizedCrop(input_size, scale=tuple(scale), ratio=tuple(ratio), interpolation=interpolation)]
+    if hflip > 0:
+        steps.append(RandomHorizontalFlip(hflip))
+    if auto_augment:
+        if not auto_augment.startswith("rand"):
+            raise ValueError(f"auto_augment '{auto_augment}': only RandAugment strings ('rand-...') are supported")
+        from .augment import rand_augment_transform  # lazy: the augment package is optional for eval
+
+        hparams = {
+            "translate_const": int(input_size * 0.45),
+            "img_mean": tuple(min(255, round(255 * m)) for m in mean),
+            "interpolation": interpolation,
+        }
+        steps.append(rand_augment_transform(auto_augment, hparams))
+    steps.append(ToNormalizedCHW(mean, std))
+    if re_prob > 0:
+        from .augment import RandomErasing
+
+        steps.append(RandomErasing(re_prob, mode=re_mode, max_count=re_count))
+    return Compose(steps)
+
+
+# ----------------------------------------------------------------------------- eval
+
+def eval_resize_size(test_input_size, crop_pct, crop_mode="pixels"):
+    """Side the image is resized to before the center crop (the shorter side for 'shorter').
+
+    'pixels': ``test_input_size + crop_pct``, crop_pct a whole number of pixels (DeepMind's
+    NFNet eval_preproc 'resize_crop_32' squashes to test + 32). 'squash' / 'shorter': timm's
+    ``floor(test_input_size / crop_pct)``, crop_pct a fraction in (0, 1] (timm's dm_nfnet_f0:
+    floor(256 / 0.9) = 284).
+    """
+    if crop_mode == "pixels":
+        if crop_pct < 0 or int(crop_pct) != crop_pct:
+            raise ValueError(f"crop_pct={crop_pct}: crop_mode 'pixels' expects a whole number of pixels >= 0")
+        return test_input_size + int(crop_pct)
+    if crop_mode in ("squash", "shorter"):
+        if not 0 < crop_pct <= 1:
+            raise ValueError(f"crop_pct={crop_pct}: crop_mode '{crop_mode}' expects a fraction in (0, 1]")
+        return math.floor(test_input_size / crop_pct)
+    raise ValueError(f"unknown crop_mode '{crop_mode}', expected one of {EVAL_CROP_MODES}")
+
+
+class ResizeForEval:
+    """Resize both sides to ``size`` (squash) or the shorter side to ``size`` keeping the aspect ratio.
+
+    The longer side of 'shorter' is ``int(size * long / short)``, as torchvision's Resize(int).
+    """
+
+    def __init__(self, size, keep_aspect, resample):
+        self.size = size
+        self.keep_aspect = keep_aspect
+        self.resample = resample
+
+    def __call__(self, img):
+        width, height = img.size
+        if not self.keep_aspect:
+            new = (self.size, self.size)
+        elif width <= height:
+            new = (self.size, int(self.size * height / width))
+        else:
+            new = (int(self.size * width / height), self.size)
+        return img.resize(new, self.resample)
+
+
+class CenterCrop:
+    def __init__(self, size):
+        self.size = size
+
+    def __call__(self, img):
+        return center_crop(img, self.size)
+
+
+def create_eval_transform(test_input_size, crop_pct=32, crop_mode="pixels", interpolation="bicubic",
+                          mean=IMAGENET_MEAN, std=IMAGENET_STD):
+    """THE evaluation transform (eval.py, evaluation during training, preprocess.py).
+
+    Resize with PIL, center crop ``test_input_size`` x ``test_input_size``, scale to
+    0..1, normalize; returns ``(PIL RGB image) -> float32 CHW array``.
+
+    Args:
+        test_input_size: output side in pixels (F0 evaluates at 256).
+        crop_pct: with crop_mode 'pixels' an integer margin: squash-resize to
+            ``test_input_size + crop_pct`` (DeepMind's recipe: 32). With 'squash' /
+            'shorter' timm's fraction: resize to ``floor(test_input_size / crop_pct)``.
+        crop_mode: 'pixels' (squash, margin in pixels), 'squash' (both sides, timm
+            crop_mode='squash') or 'shorter' (shorter side, aspect kept, timm crop_mode='center').
+        interpolation: PIL resize filter name.
+        mean, std: per-channel normalization of the 0..1 image.
+
+    The crop offset is torchvision's round((resized - test) / 2), half to even; DeepMind's
+    rounds half up, which differs only for odd margins (not for 32). PIL's bicubic
+    antialiases when downscaling, TensorFlow's (DeepMind) does not: this follows timm.
+    """
+    size = eval_resize_size(test_input_size, crop_pct, crop_mode)
+    return Compose([
+        ResizeForEval(size, keep_aspect=crop_mode == "shorter", resample=pil_interpolation(interpolation)),
+        CenterCrop(test_input_size),
+        ToNormalizedCHW(mean, std),
+    ])
