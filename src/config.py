@@ -61,7 +61,14 @@ ARCH_DEPTHS = {
 }
 
 
-class ConfigError(ValueError):
+class UserError(ValueError):
+    """A mistake of the user's (config, data layout, checkpoint), reported in one line.
+
+    Entry points run under `run_cli`, which prints it as `error: <message>` and exits 2.
+    """
+
+
+class ConfigError(UserError):
     """A mistake in a config file or on the command line, described in one line."""
 
 
@@ -703,12 +710,13 @@ def save_config(cfg, path):
 def run_cli(main_fn, *args, **kwargs):
     """Run an entry point's main() and exit with its return code (None means 0).
 
-    A ConfigError (or subclass) becomes `error: <message>` on one stderr line and exit
-    code 2, without a traceback: the user made a mistake, the program did not.
+    A UserError (ConfigError, DatasetError, CheckpointError, ...) becomes `error: <message>`
+    on one stderr line and exit code 2, without a traceback: the user made a mistake, the
+    program did not.
     """
     try:
         code = main_fn(*args, **kwargs)
-    except ConfigError as e:
+    except UserError as e:
         print(f"error: {_one_line(e)}", file=sys.stderr)
         sys.exit(2)
     sys.exit(code or 0)

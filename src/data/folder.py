@@ -5,10 +5,12 @@ layout (and fail with one line naming the culprit) before paying for heavy impor
 """
 import os
 
+from src.config import UserError
+
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 
 
-class DatasetError(ValueError):
+class DatasetError(UserError):
     """A user-facing problem with the data: the message is one line naming the path."""
 
 

@@ -4,8 +4,10 @@ import os
 import mindspore as ms
 from mindspore import Tensor
 
+from src.config import UserError
 
-class CheckpointError(ValueError):
+
+class CheckpointError(UserError):
     """A checkpoint that cannot be loaded into the network; the message names what does not fit."""
 
 

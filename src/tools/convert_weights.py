@@ -17,6 +17,8 @@ import sys
 
 import numpy as np
 
+from src.config import UserError
+
 _SAFETENSORS_DTYPES = {
     "F64": np.float64, "F32": np.float32, "F16": np.float16,
     "I64": np.int64, "I32": np.int32, "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_,
@@ -24,7 +26,7 @@ _SAFETENSORS_DTYPES = {
 _WRAPPER_KEYS = ("state_dict_ema", "model_ema", "state_dict", "model")
 
 
-class ConversionError(ValueError):
+class ConversionError(UserError):
     """The input is not a checkpoint of a known NFNet; the message says what does not fit."""
 
 
