@@ -1,0 +1,335 @@
+"""Training callbacks for mindspore.train.Model.train: progress, evaluation, checkpoints, NaN guard.
+
+Use them in this order, so that each epoch's evaluation is known when the epoch's
+checkpoint and metrics row are written:
+
+    callbacks = [ProgressLogger(...), NonFiniteLossGuard(...), EvalCallback(...),
+                 CheckpointCallback(...), MetricsCSV(...)]
+    Model(train_cell).train(epochs, dataset, callbacks=callbacks, initial_epoch=resumed_epoch)
+
+The callbacks share per-epoch numbers through `epoch_record(cb_params)` (train loss, lr,
+images, seconds from ProgressLogger; top1, top5, val_loss from EvalCallback), which
+MetricsCSV turns into one row. NonFiniteLossGuard marks a diverged run in cb_params so
+that no later checkpoint replaces a good one with non-finite weights.
+
+Steps are counted from the epoch number (epoch - 1) * steps_per_epoch + step, because
+Model.train restarts cb_params.cur_step_num at 0 when it resumes at initial_epoch > 0.
+Only callbacks built with is_main=True (rank 0) print or write files.
+"""
+import math
+import time
+
+import numpy as np
+from mindspore import Tensor
+from mindspore.train import Callback
+
+__all__ = ["ProgressLogger", "EvalCallback", "CheckpointCallback", "NonFiniteLossGuard",
+           "epoch_record", "step_loss", "DIVERGED"]
+
+# cb_params key set by NonFiniteLossGuard when it stops a run.
+DIVERGED = "training_diverged"
+_RECORD = "epoch_record"
+
+
+def epoch_record(cb_params):
+    """The dict of numbers collected for the current epoch (created on first use)."""
+    record = cb_params.get(_RECORD)
+    if record is None or record.get("epoch") != cb_params.cur_epoch_num:
+        record = {"epoch": cb_params.cur_epoch_num}
+        cb_params[_RECORD] = record
+    return record
+
+
+def step_loss(net_outputs):
+    """The loss of one train step as a float.
+
+    Train cells return the loss alone or a tuple whose first entry is the loss
+    (loss-scale cells: (loss, overflow, scale)).
+    """
+    out = net_outputs[0] if isinstance(net_outputs, (tuple, list)) else net_outputs
+    if isinstance(out, Tensor):
+        out = out.asnumpy()
+    return float(np.mean(out))
+
+
+def _format_seconds(seconds):
+    seconds = int(round(seconds))
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+class _EpochCallback(Callback):
+    """Tracks how many steps the current epoch has run, for callbacks acting at its end."""
+
+    def on_train_epoch_begin(self, run_context):
+        self._epoch_start_step = run_context.original_args().cur_step_num
+
+    def _epoch_steps(self, cb_params):
+        return cb_params.cur_step_num - getattr(self, "_epoch_start_step", 0)
+
+    def _epoch_complete(self, cb_params):
+        """False when the epoch was cut short by a stop request; such epochs are not saved."""
+        return self._epoch_steps(cb_params) >= cb_params.batch_num and not cb_params.get(DIVERGED)
+
+    def _global_step(self, cb_params):
+        return (cb_params.cur_epoch_num - 1) * cb_params.batch_num + self._epoch_steps(cb_params)
+
+
+class ProgressLogger(_EpochCallback):
+    """A progress line every `log_interval` steps and an average-loss line per epoch.
+
+    Progress: epoch, step/steps, loss of the step, lr, img/s over the interval, ETA.
+    Epoch end: the average of the epoch's finite step losses (the seed's per-epoch
+    line), the lr of its last step, its duration and throughput.
+
+    Args:
+        log_interval: steps between progress lines.
+        steps_per_epoch: train steps per epoch (the dataset size).
+        batch_size: images per train step over all devices, for img/s.
+        lr_schedule: per-optimizer-step lr array (src.tools.schedulers), or None.
+        total_epochs: the run's last epoch (for the ETA and "epoch 3/30").
+        log_fn: where lines go.
+        is_main: only rank 0 prints; the others still record the epoch numbers.
+        accumulation_step: train steps per optimizer step, to index lr_schedule.
+    """
+
+    def __init__(self, log_interval, steps_per_epoch, batch_size, lr_schedule, total_epochs,
+                 log_fn=print, is_main=True, accumulation_step=1):
+        super().__init__()
+        self.log_interval = max(1, int(log_interval))
+        self.steps_per_epoch = int(steps_per_epoch)
+        self.batch_size = int(batch_size)
+        self.lr_schedule = None if lr_schedule is None else np.asarray(lr_schedule).reshape(-1)
+        self.total_epochs = int(total_epochs)
+        self.log_fn = log_fn
+        self.is_main = is_main
+        self.accumulation_step = max(1, int(accumulation_step))
+        self._clock_start = None  # end of this session's first step: excludes graph compilation
+        self._clock_steps = 0
+
+    def lr_at(self, global_step):
+        """lr used by train step number `global_step` (1-based), or None without a schedule."""
+        if self.lr_schedule is None or self.lr_schedule.size == 0:
+            return None
+        index = min((global_step - 1) // self.accumulation_step, self.lr_schedule.size - 1)
+        return float(self.lr_schedule[max(index, 0)])
+
+    def on_train_epoch_begin(self, run_context):
+        super().on_train_epoch_begin(run_context)
+        self._epoch_time = self._interval_time = time.time()
+        self._interval_steps = 0
+        self._loss_sum, self._finite_steps, self._nonfinite_steps = 0.0, 0, 0
+
+    def on_train_step_end(self, run_context):
+        cb = run_context.original_args()
+        now = time.time()
+        loss = step_loss(cb.net_outputs)
+        if math.isfinite(loss):
+            self._loss_sum += loss
+            self._finite_steps += 1
+        else:
+            self._nonfinite_steps += 1
+        self._interval_steps += 1
+        if self._clock_start is None:
+            self._clock_start = now
+        else:
+            self._clock_steps += 1
+        step = self._epoch_steps(cb)
+        if step % self.log_interval and step != self.steps_per_epoch:
+            return
+        if self.is_main:
+            self.log_fn(self._progress_line(cb, step, loss, now))
+        self._interval_time, self._interval_steps = now, 0
+
+    def _progress_line(self, cb, step, loss, now):
+        global_step = self._global_step(cb)
+        parts = [f"epoch {cb.cur_epoch_num}/{self.total_epochs}", f"step {step}/{self.steps_per_epoch}",
+                 f"loss {loss:.4f}"]
+        lr = self.lr_at(global_step)
+        if lr is not None:
+            parts.append(f"lr {lr:.4e}")
+        elapsed = now - self._interval_time
+        if elapsed > 0:
+            parts.append(f"{self._interval_steps * self.batch_size / elapsed:.1f} img/s")
+        if self._clock_steps:
+            remaining = self.total_epochs * self.steps_per_epoch - global_step
+            # wall time per step, evaluations and checkpoints included
+            parts.append(f"ETA {_format_seconds(remaining * (now - self._clock_start) / self._clock_steps)}")
+        return " ".join(parts)
+
+    def on_train_epoch_end(self, run_context):
+        cb = run_context.original_args()
+        seconds = time.time() - self._epoch_time
+        steps = self._epoch_steps(cb)
+        average = self._loss_sum / self._finite_steps if self._finite_steps else float("nan")
+        lr = self.lr_at(self._global_step(cb)) if steps else None
+        images = steps * self.batch_size
+        epoch_record(cb).update(train_loss=average, lr=lr, images=images, seconds=seconds)
+        if not self.is_main:
+            return
+        line = (f"epoch {cb.cur_epoch_num}/{self.total_epochs} average loss {average:.4f} "
+                f"over {self._finite_steps} steps")
+        if lr is not None:
+            line += f", lr {lr:.4e}"
+        line += f", {seconds:.1f} s, {images / seconds if seconds > 0 else 0.0:.1f} img/s"
+        if self._nonfinite_steps:
+            line += f", {self._nonfinite_steps} non-finite steps left out"
+        self.log_fn(line)
+
+
+class NonFiniteLossGuard(_EpochCallback):
+    """Stops training after `max_nonfinite_steps` consecutive non-finite step losses.
+
+    A NaN or Inf loss is seen at once, at the end of its step (MindSpore's CPU backend
+    can crawl for minutes on NaN tensors, so waiting for the epoch's end is not an
+    option). Isolated non-finite steps are counted in `nonfinite_steps` (with dynamic
+    loss scaling the train cell skips their update); a run of `max_nonfinite_steps`
+    requests a stop, sets cb_params[DIVERGED] so that no checkpoint is written from the
+    non-finite weights, and names the last good checkpoint. `stopped` tells the caller
+    to exit with an error.
+    """
+
+    def __init__(self, max_nonfinite_steps, checkpoint_manager=None, log_fn=print, is_main=True):
+        super().__init__()
+        if max_nonfinite_steps < 1:
+            raise ValueError(f"max_nonfinite_steps must be >= 1, got {max_nonfinite_steps}")
+        self.max_nonfinite_steps = int(max_nonfinite_steps)
+        self.checkpoint_manager = checkpoint_manager
+        self.log_fn = log_fn
+        self.is_main = is_main
+        self.consecutive = 0
+        self.nonfinite_steps = 0
+        self.stopped = False
+        self.message = None
+
+    def on_train_step_end(self, run_context):
+        cb = run_context.original_args()
+        loss = step_loss(cb.net_outputs)
+        if math.isfinite(loss):
+            self.consecutive = 0
+            return
+        self.consecutive += 1
+        self.nonfinite_steps += 1
+        where = f"epoch {cb.cur_epoch_num} step {self._global_step(cb)}"
+        if self.consecutive < self.max_nonfinite_steps:
+            if self.is_main:
+                self.log_fn(f"warning: non-finite loss {loss} at {where} "
+                            f"({self.consecutive}/{self.max_nonfinite_steps} in a row)")
+            return
+        last_good = getattr(self.checkpoint_manager, "latest_path", None)
+        self.message = (f"stopping: {self.consecutive} consecutive non-finite losses (last {loss} at {where}); "
+                        + (f"the last good checkpoint is {last_good} (continue with --resume auto)"
+                           if last_good else "no checkpoint was written in this run")
+                        + "; lower the lr, raise clipping or use loss scaling")
+        self.stopped = True
+        cb[DIVERGED] = True
+        if self.is_main:
+            self.log_fn(self.message)
+        run_context.request_stop()
+
+
+class EvalCallback(_EpochCallback):
+    """Evaluates every `eval_interval` epochs (and after the last), keeps the best checkpoint.
+
+    eval_fn() returns a metrics dict with at least "top1" (as
+    src.trainers.evaluate.evaluate does: top1, top5, loss, count); which weights it scores
+    (EMA or raw) is the caller's choice. Every rank calls eval_fn (distributed evaluation
+    needs them all); only rank 0 logs, and the checkpoint manager writes only on rank 0.
+    Epochs cut short by a stop request are not evaluated.
+
+    Args:
+        eval_fn: callable with no arguments returning the metrics dict.
+        eval_interval: epochs between evaluations.
+        checkpoint_manager: a CheckpointManager for the best checkpoint, or None.
+        train_cell: the cell whose state the best checkpoint holds (default: the
+            train network Model.train runs).
+        total_epochs: the run's last epoch, always evaluated; None: only every interval.
+    """
+
+    def __init__(self, eval_fn, eval_interval, checkpoint_manager=None, train_cell=None,
+                 total_epochs=None, log_fn=print, is_main=True):
+        super().__init__()
+        self.eval_fn = eval_fn
+        self.eval_interval = max(1, int(eval_interval))
+        self.checkpoint_manager = checkpoint_manager
+        self.train_cell = train_cell
+        self.total_epochs = total_epochs
+        self.log_fn = log_fn
+        self.is_main = is_main
+        self.history = []  # one {"epoch": e, **metrics} per evaluation
+        self.best_top1 = None
+        self.best_epoch = None
+
+    def on_train_epoch_end(self, run_context):
+        cb = run_context.original_args()
+        epoch = cb.cur_epoch_num
+        if epoch % self.eval_interval and epoch != self.total_epochs:
+            return
+        if not self._epoch_complete(cb):
+            return
+        start = time.time()
+        metrics = dict(self.eval_fn())
+        seconds = time.time() - start
+        top1 = float(metrics["top1"])
+        if self.checkpoint_manager is not None:
+            improved = self.checkpoint_manager.save_best(self.train_cell or cb.train_network, epoch,
+                                                         self._global_step(cb), metrics)
+        else:
+            improved = self.best_top1 is None or top1 > self.best_top1
+        if improved:
+            self.best_top1, self.best_epoch = top1, epoch
+        self.history.append({"epoch": epoch, **metrics})
+        epoch_record(cb).update(top1=top1, top5=metrics.get("top5"), val_loss=metrics.get("loss"))
+        if self.is_main:
+            self.log_fn(self._line(epoch, metrics, seconds, improved))
+
+    def _line(self, epoch, metrics, seconds, improved):
+        parts = [f"eval epoch {epoch}: top1 {metrics['top1']:.4f}"]
+        for key in ("top5", "loss"):
+            if metrics.get(key) is not None:
+                parts.append(f"{key} {metrics[key]:.4f}")
+        if metrics.get("count") is not None:
+            parts.append(f"({metrics['count']} images, {seconds:.1f} s)")
+        else:
+            parts.append(f"({seconds:.1f} s)")
+        if improved:
+            saved = self.checkpoint_manager is not None
+            parts.append("new best" + (f", saved {self.checkpoint_manager.best_path}" if saved else ""))
+        elif self.best_epoch is not None:
+            parts.append(f"best {self.best_top1:.4f} at epoch {self.best_epoch}")
+        elif self.checkpoint_manager is not None and self.checkpoint_manager.best_top1 is not None:
+            parts.append(f"best so far {self.checkpoint_manager.best_top1:.4f}")
+        return " ".join(parts)
+
+
+class CheckpointCallback(_EpochCallback):
+    """Saves the whole train-cell state every `save_every_epochs` epochs and after the last.
+
+    The checkpoint holds every Parameter of the train cell plus epoch_num, step_num and
+    best_top1 (see src.tools.checkpointing), enough for load_training_state to resume.
+    Epochs cut short by a stop request, and diverged runs, are not saved: the previous
+    complete checkpoint stays the latest.
+    """
+
+    def __init__(self, checkpoint_manager, save_every_epochs, train_cell=None, total_epochs=None,
+                 log_fn=print):
+        super().__init__()
+        self.checkpoint_manager = checkpoint_manager
+        self.save_every_epochs = max(1, int(save_every_epochs))
+        self.train_cell = train_cell
+        self.total_epochs = total_epochs
+        self.log_fn = log_fn
+
+    def on_train_epoch_end(self, run_context):
+        cb = run_context.original_args()
+        epoch = cb.cur_epoch_num
+        if epoch % self.save_every_epochs and epoch != self.total_epochs:
+            return
+        if not self._epoch_complete(cb):
+            if self.checkpoint_manager.is_main:
+                reason = "training diverged" if cb.get(DIVERGED) else "the epoch did not complete"
+                self.log_fn(f"epoch {epoch}: {reason}, no checkpoint written")
+            return
+        start = time.time()
+        path = self.checkpoint_manager.save(self.train_cell or cb.train_network, epoch, self._global_step(cb))
+        if path is not None:
+            self.log_fn(f"saved {path} ({time.time() - start:.1f} s)")

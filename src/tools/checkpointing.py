@@ -1,0 +1,411 @@
+"""Crash-safe checkpoints of the whole training state, and finding them again to resume.
+
+A checkpoint written here holds every Parameter of the train cell (the network's
+weights, the optimizer's moments and `global_step`, EMA weights, loss scale, overflow
+counter, ...) plus a few metadata entries stored through MindSpore's `append_dict`:
+
+    epoch_num   epochs completed when the checkpoint was written (MindSpore's own name)
+    step_num    train steps (Model.train steps) completed by then
+    best_top1   best evaluation top-1 seen so far in the run (absent before the first eval)
+    metric_*    the evaluation metrics of the best checkpoint (metric_top1, metric_loss, ...)
+
+Files become visible only complete: `save_checkpoint_atomic` writes a hidden temporary
+file, fsyncs it and renames it into place, so a kill -9 at any moment leaves either the
+previous file or the new one, never a truncated file under a checkpoint's name.
+"""
+import glob
+import os
+import re
+import shutil
+import uuid
+
+import numpy as np
+import mindspore as ms
+from mindspore import Tensor
+
+from src.models.checkpoint import CheckpointError
+
+__all__ = ["CheckpointError", "CheckpointManager", "save_checkpoint_atomic", "remove_partial_files",
+           "read_checkpoint_meta", "find_latest_checkpoint", "load_training_state", "prepare_output_dir",
+           "CONFIG_DERIVED_PARAMS"]
+
+EPOCH_KEY, STEP_KEY, BEST_KEY, METRIC_PREFIX = "epoch_num", "step_num", "best_top1", "metric_"
+
+# Temporary names start with a dot and carry this marker; nothing else in a run directory does.
+_PARTIAL_MARK = ".partial-"
+# <prefix>-<epoch>_<step>.ckpt, MindSpore's ModelCheckpoint naming.
+_PERIODIC_NAME = re.compile(r"^(?P<prefix>[^.].*)-(?P<epoch>\d+)_(?P<step>\d+)\.ckpt$")
+
+# Parameters that the config recreates and a resume must not take from the checkpoint: the
+# per-step learning-rate array (the position in it is the restored global_step). Restoring it
+# would silently keep the old schedule when a resumed run changes base_lr or epochs.
+CONFIG_DERIVED_PARAMS = ("learning_rate",)
+
+
+def _is_metadata(name):
+    return name in (EPOCH_KEY, STEP_KEY, BEST_KEY) or name.startswith(METRIC_PREFIX)
+
+
+def _short_list(items, limit=5):
+    items = sorted(items)
+    text = ", ".join(items[:limit])
+    return text + (f" (+{len(items) - limit} more)" if len(items) > limit else "")
+
+
+def _first_line(exc):
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _fsync_dir(directory):
+    """Make a rename in `directory` durable (no-op where directories cannot be opened)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _metadata_tensors(append_dict):
+    """append_dict with Python numbers as MindSpore accepts them.
+
+    Floats become float64 tensors: MindSpore stores a plain Python float as float32,
+    which would round a top-1 such as 0.8347 in its 8th digit.
+    """
+    out = {}
+    for key, value in (append_dict or {}).items():
+        if isinstance(value, (bool, np.bool_)):
+            out[key] = bool(value)
+        elif isinstance(value, (int, np.integer)):
+            out[key] = int(value)
+        elif isinstance(value, (float, np.floating)):
+            out[key] = Tensor(np.float64(value))
+        else:
+            out[key] = value
+    return out
+
+
+# --------------------------------------------------------------------------- writing
+
+def save_checkpoint_atomic(cell_or_param_list, path, append_dict=None):
+    """Write a MindSpore checkpoint so that `path` only ever holds a complete file.
+
+    MindSpore's save_checkpoint renames its own temporary file into place but neither
+    fsyncs it nor keeps the old file until then (it deletes an existing target first), so
+    a crash can lose both versions. Here the checkpoint is written under a hidden name in
+    the same directory, fsynced, then moved over `path` with os.replace (atomic on POSIX)
+    and the directory fsynced. The save is synchronous: async_save would let training
+    change the parameters while they are written and would move the rename out of our
+    hands. A CRC32 is stored so that loading with crc_check detects later corruption.
+
+    Args:
+        cell_or_param_list: an nn.Cell, or a list of {"name", "data"} dicts, or a dict,
+            as mindspore.save_checkpoint accepts.
+        path: target file; ".ckpt" is appended when missing, as MindSpore does.
+        append_dict: extra str -> int/float/bool/str/Tensor entries (epoch, step, metrics).
+
+    Returns:
+        The final path.
+    """
+    path = os.path.abspath(path if path.endswith(".ckpt") else path + ".ckpt")
+    directory, base = os.path.split(path)
+    os.makedirs(directory, exist_ok=True)
+    # Ends in .ckpt so that MindSpore neither renames it nor appends a suffix; MindSpore's
+    # own intermediate file is this name with .tmp instead of .ckpt, hidden as well.
+    tmp = os.path.join(directory, f".{base[:-5]}{_PARTIAL_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}.ckpt")
+    try:
+        ms.save_checkpoint(cell_or_param_list, tmp, append_dict=_metadata_tensors(append_dict),
+                           async_save=False, crc_check=True)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        _fsync_dir(directory)
+    except BaseException:
+        for leftover in (tmp, tmp[:-5] + ".tmp"):
+            if os.path.exists(leftover):
+                os.remove(leftover)
+        raise
+    return path
+
+
+def remove_partial_files(directory):
+    """Delete temporary files left by a writer that was killed mid-save; returns their count."""
+    removed = 0
+    for leftover in glob.glob(os.path.join(directory, f".*{_PARTIAL_MARK}*")):
+        try:
+            os.remove(leftover)
+            removed += 1
+        except OSError:
+            pass
+    return removed
+
+
+class CheckpointManager:
+    """The run's checkpoints: the last `keep_max` epoch checkpoints and one best checkpoint.
+
+    Epoch checkpoints are `<prefix>-<epoch>_<step>.ckpt`; the best one is
+    `<prefix>_best.ckpt`, replaced whenever the evaluation top-1 improves. Old epoch
+    checkpoints are deleted only after the new one is complete, so a crash never leaves
+    fewer complete checkpoints than before. `best_top1` is stored in every checkpoint;
+    after a resume set it from `load_training_state(...)["best_top1"]` so that the first
+    evaluation does not replace a better best checkpoint.
+
+    With is_main=False (ranks other than 0) nothing is written and saves return None.
+    """
+
+    def __init__(self, output_dir, prefix, keep_max, is_main=True):
+        if keep_max < 1:
+            raise ValueError(f"keep_max must be >= 1, got {keep_max}")
+        self.output_dir = os.path.abspath(output_dir)
+        self.prefix = prefix
+        self.keep_max = keep_max
+        self.is_main = is_main
+        self.best_top1 = None
+        self.latest_path = None  # the last complete checkpoint this manager wrote
+        if is_main:
+            os.makedirs(self.output_dir, exist_ok=True)
+            remove_partial_files(self.output_dir)
+
+    @property
+    def best_path(self):
+        return os.path.join(self.output_dir, f"{self.prefix}_best.ckpt")
+
+    def epoch_path(self, epoch, step):
+        return os.path.join(self.output_dir, f"{self.prefix}-{epoch}_{step}.ckpt")
+
+    def epoch_checkpoints(self):
+        """Paths of this prefix's epoch checkpoints, oldest first (by epoch, then step)."""
+        found = []
+        for name in os.listdir(self.output_dir):
+            match = _PERIODIC_NAME.match(name)
+            if match and match["prefix"] == self.prefix:
+                found.append((int(match["epoch"]), int(match["step"]), os.path.join(self.output_dir, name)))
+        return [path for _, _, path in sorted(found)]
+
+    def _meta(self, epoch, step):
+        meta = {EPOCH_KEY: int(epoch), STEP_KEY: int(step)}
+        if self.best_top1 is not None:
+            meta[BEST_KEY] = float(self.best_top1)
+        return meta
+
+    def save(self, train_cell, epoch, step):
+        """Write the epoch checkpoint of `train_cell`, then delete the ones beyond keep_max."""
+        if not self.is_main:
+            return None
+        path = save_checkpoint_atomic(train_cell, self.epoch_path(epoch, step), self._meta(epoch, step))
+        self.latest_path = path
+        older = [p for p in self.epoch_checkpoints() if p != path]
+        for stale in older[:max(0, len(older) + 1 - self.keep_max)]:
+            os.remove(stale)
+        return path
+
+    def save_best(self, train_cell, epoch, step, metrics):
+        """Replace the best checkpoint when metrics["top1"] beats the best so far.
+
+        Returns True when the best checkpoint was written (on rank 0) or would have been.
+        """
+        top1 = float(metrics["top1"])
+        if self.best_top1 is not None and not top1 > self.best_top1:
+            return False
+        self.best_top1 = top1
+        if self.is_main:
+            meta = self._meta(epoch, step)
+            meta.update({METRIC_PREFIX + key: value for key, value in metrics.items()
+                         if isinstance(value, (int, float, np.number)) and not isinstance(value, bool)})
+            save_checkpoint_atomic(train_cell, self.best_path, meta)
+        return True
+
+
+# --------------------------------------------------------------------------- reading
+
+def _load(path, **kwargs):
+    """ms.load_checkpoint with one-line CheckpointErrors for missing and unreadable files."""
+    if not os.path.isfile(path):
+        raise CheckpointError(f"checkpoint not found: {path}")
+    if os.path.getsize(path) == 0:
+        raise CheckpointError(f"{path} is empty (0 bytes), not a checkpoint")
+    try:
+        return ms.load_checkpoint(path, **kwargs)
+    except Exception as exc:  # MindSpore raises ValueError/RuntimeError with multi-line text
+        if "empty after filter" in str(exc):
+            return {}
+        raise CheckpointError(f"{path} is not a readable MindSpore checkpoint ({_first_line(exc)})") from None
+
+
+def _scalar(value):
+    if isinstance(value, str):
+        return value
+    array = value.asnumpy()
+    return array.item() if array.size == 1 else array
+
+
+def read_checkpoint_meta(path):
+    """The metadata entries of a checkpoint (epoch_num, step_num, best_top1, metric_*).
+
+    Raises CheckpointError for a missing or unreadable file; returns {} for a checkpoint
+    without metadata (converted weights, a foreign file). Reading parses the whole file.
+    """
+    stored = _load(path, choice_func=_is_metadata)
+    return {name: _scalar(value) for name, value in stored.items() if _is_metadata(name)}
+
+
+def find_latest_checkpoint(output_dir, log_fn=print):
+    """The checkpoint in `output_dir` with the highest stored (epoch_num, step_num), or None.
+
+    Only visible *.ckpt files are considered: the hidden temporary files of an interrupted
+    save never are. Order comes from the epoch/step stored in the files, not from
+    modification times (a copied or touched file keeps its place). Epoch checkpoints are
+    read newest name first and the first readable one ends their scan, so a resume reads
+    one epoch checkpoint, plus any other checkpoint (the best one) whose name carries no
+    epoch. Unreadable files are reported through log_fn and skipped.
+    """
+    if not os.path.isdir(output_dir):
+        return None
+    named, unnamed = [], []
+    for name in sorted(os.listdir(output_dir)):
+        path = os.path.join(output_dir, name)
+        if name.startswith(".") or not name.endswith(".ckpt") or not os.path.isfile(path):
+            continue
+        match = _PERIODIC_NAME.match(name)
+        if match:
+            named.append(((int(match["epoch"]), int(match["step"])), path))
+        else:
+            unnamed.append(path)
+    named.sort(reverse=True)
+
+    def stored_position(path):
+        try:
+            meta = read_checkpoint_meta(path)
+        except CheckpointError as exc:
+            log_fn(f"skipping {exc}")
+            return None
+        if EPOCH_KEY not in meta:
+            return None
+        return int(meta[EPOCH_KEY]), int(meta.get(STEP_KEY, 0))
+
+    candidates = []
+    for _, path in named:
+        position = stored_position(path)
+        if position is not None:
+            candidates.append((position, 1, path))  # an epoch checkpoint wins a tie with the best
+            break
+    for path in unnamed:
+        position = stored_position(path)
+        if position is not None:
+            candidates.append((position, 0, path))
+    return max(candidates)[2] if candidates else None
+
+
+def load_training_state(train_cell, path, skip=CONFIG_DERIVED_PARAMS):
+    """Restore every Parameter of `train_cell` from the checkpoint at `path`.
+
+    The checkpoint must hold exactly the train cell's Parameters (by Parameter name:
+    network weights, optimizer state, EMA copies, loss scale, counters) with the same
+    shapes; otherwise nothing is changed and a one-line CheckpointError lists the
+    missing, unexpected and mis-shaped names (shortened). Names in `skip` are neither
+    required nor restored (see CONFIG_DERIVED_PARAMS).
+
+    Returns:
+        dict(epoch=epochs completed, global_step=train steps completed, best_top1=best
+        evaluation top-1 so far or None, metrics={name: value} of a best checkpoint, path).
+    """
+    stored = _load(path, crc_check=True)
+    own = {}
+    for _, param in train_cell.parameters_and_names():
+        own.setdefault(param.name, param)
+    state = {name: value for name, value in stored.items() if not _is_metadata(name) and name not in skip}
+    own = {name: param for name, param in own.items() if name not in skip}
+    if EPOCH_KEY not in stored:
+        raise CheckpointError(f"{path} holds no training state (no {EPOCH_KEY!r} entry): "
+                              "use it as pretrained weights instead of resuming from it")
+    missing = set(own) - set(state)
+    unexpected = set(state) - set(own)
+    misshaped = [f"{name} {tuple(state[name].shape)} vs {tuple(own[name].shape)}"
+                 for name in sorted(set(own) & set(state))
+                 if not isinstance(state[name], str) and tuple(state[name].shape) != tuple(own[name].shape)]
+    if missing or unexpected or misshaped:
+        parts = []
+        if missing:
+            parts.append(f"{len(missing)} missing ({_short_list(missing)})")
+        if unexpected:
+            parts.append(f"{len(unexpected)} unexpected ({_short_list(unexpected)})")
+        if misshaped:
+            parts.append(f"{len(misshaped)} mis-shaped ({_short_list(misshaped, 3)})")
+        raise CheckpointError(f"{path} is not a training state of this network: " + "; ".join(parts))
+    for name, param in own.items():
+        value = state[name].asnumpy().astype(ms.dtype_to_nptype(param.dtype))
+        param.set_data(Tensor(value.reshape(param.shape)))
+    meta = {name: _scalar(value) for name, value in stored.items() if _is_metadata(name)}
+    return {
+        "epoch": int(meta[EPOCH_KEY]),
+        "global_step": int(meta.get(STEP_KEY, 0)),
+        "best_top1": meta.get(BEST_KEY),
+        "metrics": {name[len(METRIC_PREFIX):]: value for name, value in meta.items()
+                    if name.startswith(METRIC_PREFIX)},
+        "path": os.path.abspath(path),
+    }
+
+
+# --------------------------------------------------------------------------- the run directory
+
+def _silent(_message):
+    pass
+
+
+def _is_empty_dir(path):
+    return os.path.isdir(path) and not os.listdir(path)
+
+
+def prepare_output_dir(output_dir, overwrite=False, resume=False, is_main=True, log_fn=print):
+    """The directory this run writes to; an existing non-empty one is never silently reused.
+
+    - missing or empty: created and used;
+    - non-empty with `resume` (a path or "auto"): reused, the run continues there;
+    - non-empty with `overwrite`: reused; the previous run's checkpoints are deleted (they
+      would otherwise be taken for this run's by --resume auto, rotation and the best
+      checkpoint); its other files are left to be replaced;
+    - non-empty otherwise: the first free `<output_dir>-1`, `-2`, ... is created and used.
+    Every choice other than a fresh directory is reported through log_fn. Ranks other
+    than 0 (is_main=False) compute the same answer silently, without creating or deleting
+    anything.
+    """
+    output_dir = os.path.normpath(output_dir)
+    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
+        raise NotADirectoryError(f"output_dir {output_dir} exists and is not a directory")
+    if not os.path.isdir(output_dir) or _is_empty_dir(output_dir):
+        if is_main:
+            os.makedirs(output_dir, exist_ok=True)
+        return output_dir
+    if not is_main:
+        log_fn = _silent
+    if resume:
+        log_fn(f"output_dir {output_dir} exists: resuming in it")
+        return output_dir
+    if overwrite:
+        stale = [os.path.join(output_dir, n) for n in os.listdir(output_dir)
+                 if n.endswith(".ckpt") or _PARTIAL_MARK in n]
+        log_fn(f"output_dir {output_dir} exists: overwrite_output is set, reusing it "
+               f"and deleting {len(stale)} checkpoint(s) of the previous run")
+        if is_main:
+            for path in stale:
+                if os.path.isdir(path):
+                    shutil.rmtree(path)
+                else:
+                    os.remove(path)
+        return output_dir
+    suffix = 1
+    while os.path.isdir(f"{output_dir}-{suffix}") and not _is_empty_dir(f"{output_dir}-{suffix}") \
+            or os.path.isfile(f"{output_dir}-{suffix}"):
+        suffix += 1
+    chosen = f"{output_dir}-{suffix}"
+    if is_main:
+        os.makedirs(chosen, exist_ok=True)
+    log_fn(f"output_dir {output_dir} is not empty: this run writes to {chosen} "
+           "(--resume auto continues the old run, --overwrite_output reuses the directory)")
+    return chosen
