@@ -83,3 +83,14 @@ def load_model_weights(network, checkpoint_path, prefix="", drop_head=False):
             continue
         param.set_data(Tensor(weights[name].astype(ms.dtype_to_nptype(param.dtype)).reshape(param.shape)))
     return kept
+
+
+def checkpoint_has_prefix(checkpoint_path, prefix):
+    """True when the checkpoint holds entries named prefix* (e.g. "ema." for EMA weights)."""
+    if not os.path.isfile(checkpoint_path):
+        raise CheckpointError(f"checkpoint not found: {checkpoint_path}")
+    try:
+        found = ms.load_checkpoint(checkpoint_path, choice_func=lambda name: name.startswith(prefix))
+    except Exception:  # unreadable files are reported by load_model_weights with one line
+        return False
+    return bool(found)

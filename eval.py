@@ -1,0 +1,67 @@
+"""Evaluate a checkpoint on the validation split: top-1, top-5, loss and image count.
+
+    python eval.py --config src/configs/dm_nfnet_f0.yaml --checkpoint <ckpt> [--use_ema false] [--output m.json]
+
+The seed's --pretrained <ckpt> is accepted in place of --checkpoint. With use_ema (the
+default) a training checkpoint is scored with its EMA weights, as evaluation during
+training does; a weights-only checkpoint (e.g. converted from timm) with its weights.
+"""
+import json
+import os
+
+from src.config import UserError, parse_cli, run_cli
+
+
+def add_eval_args(parser):
+    parser.add_argument("--checkpoint", metavar="PATH", help="checkpoint to evaluate (.ckpt)")
+    parser.add_argument("--output", metavar="PATH",
+                        help="JSON file for the metrics (default: eval_<checkpoint name>.json beside the checkpoint)")
+
+
+def main(argv=None):
+    args, cfg = parse_cli(argv, description="Evaluate an NFNet checkpoint.", add_script_args=add_eval_args)
+    checkpoint = args.checkpoint or cfg.pretrained
+    if not checkpoint:
+        raise UserError("no checkpoint to evaluate: give --checkpoint PATH")
+    if not os.path.isfile(checkpoint):
+        raise UserError(f"checkpoint not found: {checkpoint}")
+    from src.data.folder import check_dataset_layout
+
+    check_dataset_layout(cfg.data_path, None, cfg.val_split, num_classes=cfg.num_classes)
+
+    from src.builders import build_eval_dataset, build_network
+    from src.models import checkpoint_has_prefix
+    from src.tools.context import init_context
+    from src.tools.criterion import create_loss
+    from src.trainers import evaluate
+
+    ctx = init_context(cfg.device_target, cfg.device_id, cfg.mode, cfg.seed, cfg.deterministic, cfg.distribute)
+    use_ema = cfg.use_ema and checkpoint_has_prefix(checkpoint, "ema.")
+    if cfg.use_ema and not use_ema and ctx.is_main:
+        print(f"{checkpoint} holds no EMA weights: evaluating its weights")
+    network = build_network(cfg, checkpoint_path=checkpoint, checkpoint_prefix="ema." if use_ema else "",
+                            finetune=False)
+    dataset = build_eval_dataset(cfg, ctx)
+    metrics = evaluate(network, dataset, loss_fn=create_loss(reduction="none"), distributed=ctx.distributed)
+    result = {"arch": cfg.arch, "checkpoint": os.path.abspath(checkpoint), "weights": "ema" if use_ema else "raw",
+              "data": os.path.abspath(os.path.join(cfg.data_path, cfg.val_split)),
+              **{k: _plain(v) for k, v in metrics.items()}}
+    if ctx.is_main:
+        loss = f", loss {result['loss']:.4f}" if result.get("loss") is not None else ""
+        print(f"top1 {result['top1']:.4f}, top5 {result['top5']:.4f}{loss} "
+              f"on {result['count']} images ({result['weights']} weights of {checkpoint})")
+        output = args.output or os.path.join(os.path.dirname(os.path.abspath(checkpoint)),
+                                             f"eval_{os.path.splitext(os.path.basename(checkpoint))[0]}.json")
+        with open(output, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=2)
+            f.write("\n")
+        print(f"wrote {output}")
+    return 0
+
+
+def _plain(value):
+    return value.item() if hasattr(value, "item") else value
+
+
+if __name__ == "__main__":
+    run_cli(main)

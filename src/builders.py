@@ -1,0 +1,138 @@
+"""Each component of a run built from a Config: shared by train.py, eval.py and export.py.
+
+The factories themselves (create_model, create_dataset, create_optimizer, ...) take plain
+keyword arguments, MindCV style; this module is the one place that maps config keys onto
+them, so train.py and eval.py cannot disagree on, say, the evaluation transform.
+"""
+import os
+
+
+def build_network(cfg, checkpoint_path=None, checkpoint_prefix="", finetune=None):
+    """create_model with the config's architecture, classes and regularization."""
+    from src.models import create_model
+
+    return create_model(cfg.arch, num_classes=cfg.num_classes, drop_rate=cfg.drop_rate,
+                        drop_path_rate=cfg.drop_path_rate, drop_path_mode=cfg.drop_path_mode,
+                        checkpoint_path=checkpoint_path, checkpoint_prefix=checkpoint_prefix,
+                        finetune=cfg.finetune if finetune is None else finetune)
+
+
+def build_eval_transform(cfg):
+    """THE evaluation transform (eval.py, evaluation during training, preprocess.py)."""
+    from src.data.transforms import create_eval_transform
+
+    return create_eval_transform(cfg.test_input_size, crop_pct=cfg.crop_pct, crop_mode=cfg.eval_crop_mode,
+                                 interpolation=cfg.interpolation)
+
+
+def _shards(ctx):
+    return dict(num_shards=ctx.group_size, shard_id=ctx.rank) if ctx.distributed else {}
+
+
+def build_eval_dataset(cfg, ctx, bad_file_log=None):
+    """The evaluation pipeline: every image of the val split exactly once, sharded by rank."""
+    from src.data import create_dataset
+
+    return create_dataset(cfg.data_path, cfg.val_split, False, cfg.eval_batch_size or cfg.batch_size,
+                          build_eval_transform(cfg), num_parallel_workers=cfg.num_parallel_workers,
+                          strict_data=cfg.strict_data, bad_file_log=bad_file_log, **_shards(ctx))
+
+
+def build_train_dataset(cfg, ctx, start_epoch=0, bad_file_log=None):
+    """(training pipeline, mixup or None): augmentation, Mixup/CutMix, sharded by rank."""
+    from src.data import create_dataset, create_mixup, create_train_transform
+
+    transform = create_train_transform(cfg.input_size, interpolation=cfg.interpolation,
+                                       auto_augment=cfg.auto_augment, re_prob=cfg.re_prob,
+                                       re_mode=cfg.re_mode, re_count=cfg.re_count)
+    mixup = create_mixup(mix_up=cfg.mix_up, cutmix=cfg.cutmix, mixup_prob=cfg.mixup_prob,
+                         switch_prob=cfg.switch_prob, mixup_mode=cfg.mixup_mode,
+                         label_smoothing=cfg.label_smoothing, num_classes=cfg.num_classes)
+    dataset = create_dataset(cfg.data_path, cfg.train_split, True, cfg.batch_size, transform,
+                             num_parallel_workers=cfg.num_parallel_workers, seed=cfg.seed, mixup=mixup,
+                             strict_data=cfg.strict_data, start_epoch=start_epoch, bad_file_log=bad_file_log,
+                             **_shards(ctx))
+    return dataset, mixup
+
+
+def build_lr_schedule(cfg, steps_per_epoch, group_size):
+    """(per-optimizer-step lr array, peak lr, global batch); peak = base_lr * global batch / 256."""
+    from src.tools.schedulers import create_scheduler, scale_lr
+
+    global_batch = cfg.batch_size * group_size * cfg.accumulation_step
+    peak_lr = scale_lr(cfg.base_lr, global_batch, cfg.lr_reference_batch)
+    schedule = create_scheduler(steps_per_epoch, cfg.lr_scheduler, lr=peak_lr, min_lr=cfg.min_lr,
+                                warmup_epochs=cfg.warmup_length, warmup_lr=cfg.warmup_lr, epochs=cfg.epochs,
+                                milestones=cfg.lr_milestones, gamma=cfg.lr_gamma)
+    return schedule, peak_lr, global_batch
+
+
+def build_optimizer(cfg, network, lr_schedule):
+    from src.tools.optimizer import create_optimizer
+
+    return create_optimizer(network, cfg.optimizer, lr=lr_schedule, weight_decay=cfg.weight_decay,
+                            momentum=cfg.momentum, nesterov=cfg.use_nesterov, clipping=cfg.clipping, eps=cfg.eps,
+                            no_decay_keys=tuple(cfg.no_decay), agc_exclude=tuple(cfg.agc_exclude),
+                            betas=tuple(cfg.adamw_betas))
+
+
+def build_trainer(cfg, network, loss_fn, optimizer):
+    """(train cell holding all training state, run(dataset, callbacks, initial_epoch))."""
+    from src.trainers import EMA, FunctionalTrainer, create_train_step
+
+    ema = EMA(network.get_parameters(), decay=cfg.ema_decay, warmup=cfg.ema_warmup) if cfg.ema else None
+    options = dict(amp_level=cfg.amp_level, loss_scale=cfg.loss_scale, dynamic_loss_scale=cfg.is_dynamic_loss_scale,
+                   loss_scale_factor=cfg.loss_scale_factor, loss_scale_window=cfg.loss_scale_window,
+                   accumulation_step=cfg.accumulation_step, ema=ema, device_target=cfg.device_target)
+    if cfg.trainer == "functional":
+        trainer = FunctionalTrainer(network, loss_fn, optimizer, **options)
+
+        def run(dataset, callbacks, initial_epoch):
+            trainer.train(dataset, cfg.epochs, callbacks, initial_epoch=initial_epoch)
+
+        return trainer.train_cell, run
+    from mindspore.train import Model
+
+    train_step = create_train_step(network, loss_fn, optimizer, **options)
+
+    def run(dataset, callbacks, initial_epoch):
+        Model(train_step).train(cfg.epochs, dataset, callbacks=callbacks, dataset_sink_mode=cfg.dataset_sink_mode,
+                                initial_epoch=initial_epoch)
+
+    return train_step, run
+
+
+def build_eval_fn(cfg, ctx, train_cell, network, val_dataset):
+    """Evaluation during training: the EMA weights when kept and use_ema, else the raw weights."""
+    from src.tools.criterion import create_loss
+    from src.trainers import ema_weights_applied, evaluate
+
+    loss_fn = create_loss(reduction="none")
+
+    def eval_fn():
+        if cfg.ema and cfg.use_ema:
+            with ema_weights_applied(train_cell, network):
+                return evaluate(network, val_dataset, loss_fn=loss_fn, distributed=ctx.distributed)
+        return evaluate(network, val_dataset, loss_fn=loss_fn, distributed=ctx.distributed)
+
+    return eval_fn
+
+
+def build_callbacks(cfg, ctx, log, output_dir, manager, train_cell, eval_fn, micro_steps, lr_schedule, resumed):
+    """Progress, non-finite guard, evaluation + best checkpoint, periodic checkpoints, metrics CSV + curves."""
+    from src.tools.callbacks import CheckpointCallback, EvalCallback, NonFiniteLossGuard, ProgressLogger
+    from src.tools.metrics_log import MetricsCSV
+
+    callbacks = [
+        ProgressLogger(cfg.log_interval, micro_steps, cfg.batch_size * ctx.group_size, lr_schedule, cfg.epochs,
+                       log_fn=log, is_main=ctx.is_main, accumulation_step=cfg.accumulation_step),
+        NonFiniteLossGuard(cfg.max_nonfinite_steps, checkpoint_manager=manager, log_fn=log, is_main=ctx.is_main),
+    ]
+    if eval_fn is not None:
+        callbacks.append(EvalCallback(eval_fn, cfg.eval_interval, checkpoint_manager=manager, train_cell=train_cell,
+                                      total_epochs=cfg.epochs, log_fn=log, is_main=ctx.is_main))
+    callbacks.append(CheckpointCallback(manager, cfg.save_every_epochs, train_cell=train_cell,
+                                        total_epochs=cfg.epochs, log_fn=log))
+    callbacks.append(MetricsCSV(os.path.join(output_dir, "metrics.csv"), os.path.join(output_dir, "curves.png"),
+                                append=resumed, is_main=ctx.is_main, log_fn=log))
+    return callbacks

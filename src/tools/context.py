@@ -1,0 +1,58 @@
+"""Device, execution mode, seeds and (data-parallel) distribution for one process."""
+import os
+from dataclasses import dataclass
+
+# Environment variables set by MindSpore's launchers: msrun (MS_WORKER_NUM), an hccl rank
+# table on Ascend (RANK_SIZE), OpenMPI's mpirun on GPU (OMPI_COMM_WORLD_SIZE).
+_LAUNCHER_SIZE_VARS = ("MS_WORKER_NUM", "RANK_SIZE", "OMPI_COMM_WORLD_SIZE")
+
+
+@dataclass(frozen=True)
+class RunContext:
+    rank: int = 0
+    group_size: int = 1
+
+    @property
+    def distributed(self):
+        return self.group_size > 1
+
+    @property
+    def is_main(self):
+        """Only rank 0 writes shared files (checkpoints, metrics, curves, config)."""
+        return self.rank == 0
+
+
+def launched_distributed():
+    """True when a launcher started this process as one of several workers."""
+    return any(int(os.environ.get(var, "1") or 1) > 1 for var in _LAUNCHER_SIZE_VARS)
+
+
+def init_context(device_target="CPU", device_id=0, mode="graph", seed=0, deterministic=False,
+                 distribute=False):
+    """Set up MindSpore for this process and return its RunContext.
+
+    Data parallel (`distribute`, or detected from the launcher's environment) uses
+    mindspore.communication.init() and DATA_PARALLEL with averaged gradients, so the
+    optimizer (and AGC inside it) sees the mean gradient over all devices.
+    """
+    import mindspore as ms
+
+    distributed = distribute or launched_distributed()
+    if distributed:
+        ms.set_device(device_target)  # device_id comes from the launcher (msrun / rank table)
+    else:
+        ms.set_device(device_target, device_id)
+    ms.set_context(mode=ms.GRAPH_MODE if mode == "graph" else ms.PYNATIVE_MODE)
+    if deterministic:
+        ms.set_deterministic(True)
+    ms.set_seed(seed)
+    if not distributed:
+        return RunContext()
+    from mindspore.communication import get_group_size, get_rank, init
+
+    init()
+    rank, group_size = get_rank(), get_group_size()
+    ms.reset_auto_parallel_context()
+    ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True,
+                                 device_num=group_size)
+    return RunContext(rank=rank, group_size=group_size)

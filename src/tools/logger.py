@@ -1,0 +1,30 @@
+"""A run's log: lines to stdout and appended to a file (never truncated, so resumed runs add to it)."""
+import sys
+import time
+
+
+class RunLogger:
+    """Callable `log(message)`: a timestamped line on stdout and in `path` (when given)."""
+
+    def __init__(self, path=None, rank=0):
+        self.path = path
+        self.prefix = f"[rank {rank}] " if rank else ""
+        self._file = open(path, "a", encoding="utf-8", buffering=1) if path else None
+
+    def __call__(self, message):
+        line = f"{time.strftime('%Y-%m-%d %H:%M:%S')} {self.prefix}{message}"
+        print(line, flush=True)
+        if self._file is not None:
+            self._file.write(line + "\n")
+
+    def warning(self, message):
+        self(f"WARNING {message}")
+
+    def close(self):
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def stderr_line(message):
+    print(message, file=sys.stderr, flush=True)

@@ -1,0 +1,81 @@
+"""Train an NFNet.
+
+    python train.py --config src/configs/dm_nfnet_f0.yaml [--device_target CPU|GPU|Ascend] [--key value ...]
+
+Every setting comes from the YAML and can be overridden as --key value (see src/config.py).
+The run directory (output_dir) receives config.yaml, train.log, checkpoints (the last
+keep_checkpoint_max epochs and <arch>_best.ckpt), metrics.csv and curves.png.
+"""
+import os
+import time
+
+from src.config import UserError, parse_cli, run_cli, save_config
+
+
+def main(argv=None):
+    _, cfg = parse_cli(argv, description="Train an NFNet (YAML config, --key value overrides).")
+    from src.data.folder import check_dataset_layout
+
+    check_dataset_layout(cfg.data_path, cfg.train_split, cfg.val_split if cfg.eval_while_train else None,
+                         num_classes=cfg.num_classes)
+
+    from src import builders
+    from src.tools.checkpointing import (CheckpointManager, find_latest_checkpoint, load_training_state,
+                                         prepare_output_dir, read_checkpoint_meta)
+    from src.tools.context import init_context
+    from src.tools.criterion import create_loss
+    from src.tools.logger import RunLogger
+
+    ctx = init_context(cfg.device_target, cfg.device_id, cfg.mode, cfg.seed, cfg.deterministic, cfg.distribute)
+    output_dir = prepare_output_dir(cfg.output_dir, overwrite=cfg.overwrite_output, resume=cfg.resume is not None,
+                                    is_main=ctx.is_main)
+    log = RunLogger(os.path.join(output_dir, "train.log" if ctx.is_main else f"train_rank{ctx.rank}.log"),
+                    rank=ctx.rank)
+    resume_path = find_latest_checkpoint(output_dir, log_fn=log) if cfg.resume == "auto" else cfg.resume
+    start_epoch = int(read_checkpoint_meta(resume_path).get("epoch_num", 0)) if resume_path else 0
+    if ctx.is_main:
+        save_config(cfg, os.path.join(output_dir, "config.yaml"))
+    log(f"run directory {output_dir}: {cfg.arch} on {cfg.device_target}, {ctx.group_size} device(s)")
+
+    bad_file_log = os.path.join(output_dir, "bad_files.txt")
+    train_ds, mixup = builders.build_train_dataset(cfg, ctx, start_epoch, bad_file_log)
+    val_ds = builders.build_eval_dataset(cfg, ctx, bad_file_log) if cfg.eval_while_train else None
+    micro_steps = train_ds.get_dataset_size()
+    steps_per_epoch = micro_steps // cfg.accumulation_step
+    if steps_per_epoch < 1:
+        raise UserError(f"{cfg.data_path}: {micro_steps} batches per epoch, fewer than "
+                        f"accumulation_step {cfg.accumulation_step}")
+    lr_schedule, peak_lr, global_batch = builders.build_lr_schedule(cfg, steps_per_epoch, ctx.group_size)
+    log(f"global batch {global_batch}, peak lr {peak_lr:.6g}, {steps_per_epoch} optimizer steps per epoch")
+
+    network = builders.build_network(cfg, checkpoint_path=cfg.pretrained)
+    loss_fn = create_loss(label_smoothing=cfg.label_smoothing, soft_targets=mixup is not None)
+    optimizer = builders.build_optimizer(cfg, network, lr_schedule)
+    train_cell, run = builders.build_trainer(cfg, network, loss_fn, optimizer)
+
+    manager = CheckpointManager(output_dir, cfg.arch, cfg.keep_checkpoint_max, is_main=ctx.is_main)
+    if resume_path:
+        state = load_training_state(train_cell, resume_path)
+        manager.best_top1 = state["best_top1"]
+        log(f"resumed from {resume_path}: epoch {state['epoch']}, step {state['global_step']}")
+    elif cfg.resume:
+        log(f"--resume {cfg.resume}: no checkpoint in {output_dir} yet, starting from scratch")
+
+    eval_fn = builders.build_eval_fn(cfg, ctx, train_cell, network, val_ds) if val_ds is not None else None
+    callbacks = builders.build_callbacks(cfg, ctx, log, output_dir, manager, train_cell, eval_fn, micro_steps,
+                                         lr_schedule, resumed=bool(resume_path))
+    start = time.time()
+    run(train_ds, callbacks, start_epoch)
+    log(f"training finished in {(time.time() - start) / 60:.1f} min; steps skipped for non-finite values: "
+        f"{int(train_cell.overflow_count.asnumpy())}")
+    if manager.best_top1 is not None:
+        log(f"best top1 {manager.best_top1:.4f}: {manager.best_path}")
+    guard = callbacks[1]
+    if guard.stopped:
+        log(guard.message)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    run_cli(main)
