@@ -1,0 +1,120 @@
+"""Exact top-1 / top-5 / loss over an evaluation dataset, in one process or sharded.
+
+Every image counts once: the dataset may carry a third column `valid` (1 for a real image,
+0 for padding added so that each shard has whole batches and the same number of batches),
+and the counts of all shards are summed with one all-reduce at the end (so shards may run
+different numbers of batches). Nothing is dropped: a last partial batch is evaluated as it
+is (the jit-compiled forward then compiles once more for its shape; padding to full batches
+avoids that). The forward is compiled on each `evaluate` call.
+
+Correct at k means the true class is among the k largest logits, ties broken towards the
+lower class index, i.e. exactly `np.argsort(-logits, kind="stable")[:, :k]` (top-1 is
+`np.argmax`). A row with a non-finite logit is never correct. k = min(5, classes) for top-5.
+"""
+import numpy as np
+import mindspore
+from mindspore import Tensor, ops
+
+__all__ = ["evaluate", "count_correct"]
+
+
+def count_correct(logits, labels, valid, k):
+    """Number of valid rows whose label is within the top-k logits (an int32 scalar Tensor).
+
+    The label's rank is the number of classes with a larger logit, plus those with an equal
+    logit and a lower index; the label is in the top k when its rank is below k.
+    """
+    logits = ops.cast(logits, mindspore.float32)
+    labels = ops.cast(labels, mindspore.int32).reshape(-1, 1)
+    true_logit = ops.gather_elements(logits, 1, labels)
+    classes = ops.arange(logits.shape[-1], dtype=mindspore.int32).reshape(1, -1)
+    ahead = ops.logical_or(logits > true_logit,
+                           ops.logical_and(logits == true_logit, classes < labels))
+    rank = ops.sum(ops.cast(ahead, mindspore.int32), dim=-1)
+    finite = ops.isfinite(logits).all(axis=-1)
+    correct = ops.logical_and(rank < k, finite)
+    return ops.sum(ops.cast(correct, mindspore.int32) * ops.cast(valid, mindspore.int32))
+
+
+def _batch_counts(network, loss_fn, images, labels, valid):
+    """(valid images, correct top-1, correct top-5, loss summed over valid images or 0)."""
+    logits = network(images)
+    classes = ops.argmax(labels, dim=-1) if labels.ndim == 2 else labels  # soft targets: argmax
+    k5 = min(5, logits.shape[-1])
+    count = ops.sum(ops.cast(valid, mindspore.int32))
+    top1 = count_correct(logits, classes, valid, 1)
+    top5 = count_correct(logits, classes, valid, k5)
+    loss_sum = Tensor(0.0, mindspore.float32)
+    if loss_fn is not None:
+        losses = ops.cast(loss_fn(ops.cast(logits, mindspore.float32), labels), mindspore.float32)
+        if losses.ndim != 1:
+            raise ValueError("evaluate needs per-image losses: build the loss with reduction='none'")
+        loss_sum = ops.sum(losses * ops.cast(valid, mindspore.float32))
+    return count, top1, top5, loss_sum
+
+
+def evaluate(network, dataset, loss_fn=None, distributed=False, jit=True):
+    """Evaluate `network` on `dataset`, counting every valid image exactly once.
+
+    Args:
+        network: the model; it is put in inference mode for the call and restored after.
+        dataset: a ``mindspore.dataset`` whose rows are (image, label) or
+            (image, label, valid); label is an int class (or a soft-target vector, whose
+            largest entry is the class), valid 1/0 marks padding rows.
+        loss_fn: optional loss with ``reduction="none"`` (e.g.
+            ``create_loss("ce", reduction="none")``), averaged over the valid images.
+        distributed: each process evaluated its own shard; sum the counts over all
+            processes (all-reduce) so every process returns the whole set's numbers.
+        jit: compile the forward and the counting with ``mindspore.jit`` (works in
+            PyNative and Graph mode).
+
+    Returns:
+        dict(top1, top5, loss, count, correct_top1, correct_top5): accuracies as fractions
+        in [0, 1], loss the mean per-image loss (None without loss_fn), count the number of
+        valid images.
+    """
+    if loss_fn is not None and getattr(loss_fn, "reduce", False):
+        raise ValueError("evaluate needs per-image losses to leave out padding: build the loss "
+                         "with reduction='none'")
+
+    step = _make_counter(network, loss_fn, jit)
+    was_training = network.training
+    network.set_train(False)
+    counts = np.zeros(3, np.int64)  # images, top-1, top-5
+    loss_sum = 0.0
+    try:
+        for row in dataset.create_tuple_iterator(num_epochs=1):
+            images, labels = row[0], row[1]
+            valid = row[2] if len(row) > 2 else ops.ones(images.shape[0], mindspore.int32)
+            batch, batch_loss = step(images, labels, valid)
+            counts += batch.asnumpy().astype(np.int64)
+            loss_sum += float(batch_loss.asnumpy())
+    finally:
+        network.set_train(was_training)
+    if distributed:
+        counts, loss_sum = _all_reduce_sums(counts, loss_sum)
+    count, top1, top5 = (int(c) for c in counts)
+    return {
+        "top1": top1 / count if count else 0.0,
+        "top5": top5 / count if count else 0.0,
+        "loss": loss_sum / count if (loss_fn is not None and count) else None,
+        "count": count,
+        "correct_top1": top1,
+        "correct_top5": top5,
+    }
+
+
+def _make_counter(network, loss_fn, jit):
+    def counter(images, labels, valid):
+        count, top1, top5, loss_sum = _batch_counts(network, loss_fn, images, labels, valid)
+        return ops.stack([count, top1, top5]), loss_sum
+
+    return mindspore.jit(counter) if jit else counter
+
+
+def _all_reduce_sums(counts, loss_sum):
+    """Sum the per-process counts (int32, exact) and loss sums (float32) over all processes."""
+    all_reduce = ops.AllReduce()
+    counts = all_reduce(Tensor(counts.astype(np.int32))).asnumpy().astype(np.int64)
+    loss_sum = float(all_reduce(Tensor(np.float32(loss_sum))).asnumpy())
+    return counts, loss_sum

@@ -1,0 +1,152 @@
+"""evaluate() counts every valid image once and matches numpy top-k and cross entropy."""
+import numpy as np
+import pytest
+import mindspore
+import mindspore.dataset as ds
+from mindspore import Tensor, nn, ops
+
+from src.tools.criterion import create_loss
+from src.trainers.evaluate import evaluate
+
+
+class LogitTable(nn.Cell):
+    """Returns row i of a fixed logit table for the input "image" i (a 1-element float row)."""
+
+    def __init__(self, table):
+        super().__init__()
+        self.table = Tensor(table)
+
+    def construct(self, index):
+        return ops.gather(self.table, ops.cast(index.reshape(-1), mindspore.int32), 0)
+
+
+def make_logits(n, classes, seed=0):
+    rng = np.random.default_rng(seed)
+    logits = rng.standard_normal((n, classes)).astype(np.float32)
+    labels = rng.integers(0, classes, n).astype(np.int32)
+    logits[0] = 0.0                         # a constant row: argmax is class 0
+    logits[1, :] = 1.0
+    logits[1, labels[1]] = 1.0              # ties everywhere
+    logits[2, 3 % classes] = logits[2].max() + 1.0  # a sure top-1
+    return logits, labels
+
+
+def numpy_metrics(logits, labels, k):
+    order = np.argsort(-logits, axis=1, kind="stable")
+    top1 = int(np.sum(order[:, 0] == labels))
+    topk = int(np.sum((order[:, :k] == labels[:, None]).any(axis=1)))
+    z = logits.astype(np.float64)
+    log_probs = z - z.max(1, keepdims=True)
+    log_probs -= np.log(np.exp(log_probs).sum(1, keepdims=True))
+    loss = float(-log_probs[np.arange(len(labels)), labels].mean())
+    return top1, topk, loss
+
+
+def padded_dataset(n, batch, shard=None, num_shards=1):
+    """Rows 0..n-1 (sharded round-robin), padded with valid=0 rows to whole, equal batches."""
+    index = np.arange(n)
+    if shard is not None:
+        index = index[shard::num_shards]
+    per_shard = -(-n // num_shards)
+    total = -(-per_shard // batch) * batch
+    valid = np.zeros(total, np.int32)
+    valid[:len(index)] = 1
+    rows = np.zeros(total, np.int32)
+    rows[:len(index)] = index
+    return rows, valid
+
+
+def _dataset(labels, rows, valid, batch, with_valid=True):
+    data = {"image": rows.astype(np.float32).reshape(-1, 1), "label": labels[rows]}
+    if with_valid:
+        data["valid"] = valid
+    return ds.NumpySlicesDataset(data, shuffle=False).batch(batch)
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("classes", [7, 3])
+def test_counts_with_valid_mask_match_numpy_topk_and_loss(mode, classes):
+    n, batch = 11, 4  # 3 batches, the last padded with one invalid row
+    logits, labels = make_logits(n, classes)
+    rows, valid = padded_dataset(n, batch)
+    assert len(rows) == 12 and valid.sum() == 11
+    result = evaluate(LogitTable(logits), _dataset(labels, rows, valid, batch),
+                      loss_fn=create_loss("ce", reduction="none"))
+    k = min(5, classes)
+    top1, topk, loss = numpy_metrics(logits, labels, k)
+    assert (result["count"], result["correct_top1"], result["correct_top5"]) == (n, top1, topk)
+    assert result["top1"] == top1 / n and result["top5"] == topk / n
+    # measured: relative 6.2e-7 (7 classes) / 4.9e-7 (3), float32 against float64
+    assert abs(result["loss"] - loss) < 1e-5 * loss
+    if classes == 3:
+        assert result["top5"] == 1.0  # k capped at the class count
+
+
+@pytest.mark.timeout(200)
+def test_unpadded_last_partial_batch_is_counted_and_no_valid_column_means_all_valid():
+    n, batch = 10, 4  # batches of 4, 4, 2
+    logits, labels = make_logits(n, 7, seed=1)
+    rows = np.arange(n, dtype=np.int32)
+    result = evaluate(LogitTable(logits), _dataset(labels, rows, None, batch, with_valid=False))
+    top1, top5, _ = numpy_metrics(logits, labels, 5)
+    assert (result["count"], result["correct_top1"], result["correct_top5"]) == (n, top1, top5)
+    assert result["loss"] is None
+
+
+@pytest.mark.timeout(200)
+def test_shard_counts_add_up_to_the_whole_set_without_drops_or_repeats():
+    n, batch, shards = 13, 4, 3
+    logits, labels = make_logits(n, 7, seed=2)
+    top1, top5, _ = numpy_metrics(logits, labels, 5)
+    totals = np.zeros(3, np.int64)
+    for shard in range(shards):  # what the all-reduce of distributed=True sums
+        rows, valid = padded_dataset(n, batch, shard, shards)
+        r = evaluate(LogitTable(logits), _dataset(labels, rows, valid, batch))
+        totals += (r["count"], r["correct_top1"], r["correct_top5"])
+    assert tuple(totals) == (n, top1, top5)
+
+
+def test_non_finite_logits_are_never_correct_and_ties_follow_argmax():
+    logits = np.array([[np.nan, 0.0, 0.0], [1.0, 1.0, 0.0], [1.0, 1.0, 0.0], [0.0, np.inf, 0.0]],
+                      np.float32)
+    labels = np.array([1, 0, 1, 1], np.int32)
+    rows = np.arange(4, dtype=np.int32)
+    result = evaluate(LogitTable(logits), _dataset(labels, rows, None, 4, with_valid=False))
+    # row 0: NaN; row 1: tie, argmax -> 0 correct; row 2: tie, class 1 second; row 3: inf
+    assert (result["correct_top1"], result["correct_top5"]) == (1, 2)
+
+
+def test_a_mean_reduced_loss_is_refused():
+    logits, labels = make_logits(4, 3)
+    data = _dataset(labels, np.arange(4, dtype=np.int32), None, 4, with_valid=False)
+    with pytest.raises(ValueError, match="reduction='none'"):
+        evaluate(LogitTable(logits), data, loss_fn=create_loss("ce"))
+
+
+@pytest.mark.timeout(200)
+def test_evaluate_restores_training_mode_and_runs_the_network_in_inference_mode():
+    class Probe(nn.Cell):
+        def __init__(self):
+            super().__init__()
+            self.drop = nn.Dropout(p=0.9)
+
+        def construct(self, x):
+            return self.drop(ops.tile(x, (1, 3)) * 0.0 + Tensor([3.0, 2.0, 1.0]))
+
+    probe = Probe()
+    probe.set_train(True)
+    labels = np.zeros(8, np.int32)
+    r = evaluate(probe, _dataset(labels, np.arange(8, dtype=np.int32), None, 8, with_valid=False))
+    assert r["top1"] == 1.0  # dropout (p 0.9) would have zeroed most logits in training mode
+    assert probe.training
+
+
+def test_soft_target_labels_count_their_largest_class():
+    logits, labels = make_logits(6, 7, seed=3)
+    soft = np.full((6, 7), 0.1 / 6, np.float32)
+    soft[np.arange(6), labels] = 0.9
+    data = ds.NumpySlicesDataset({"image": np.arange(6, dtype=np.float32).reshape(-1, 1),
+                                  "label": soft}, shuffle=False).batch(4)
+    result = evaluate(LogitTable(logits), data)
+    top1, top5, _ = numpy_metrics(logits, labels, 5)
+    assert (result["count"], result["correct_top1"], result["correct_top5"]) == (6, top1, top5)
