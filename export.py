@@ -1,0 +1,36 @@
+"""Export a trained NFNet for inference: MINDIR, ONNX or AIR (Ascend only).
+
+    python export.py --config src/configs/dm_nfnet_f0.yaml --checkpoint best.ckpt [--use_ema] \
+        --file_format MINDIR --file_name dm_nfnet_f0 [--batch_size 1] [--device_target CPU]
+
+The graph is the eval-mode network in float32 at test_input_size x test_input_size, with
+weight standardization folded into plain convolutions (see src/deploy). --pretrained is
+accepted as the seed's name for --checkpoint, --batch_size as export_batch_size; the
+file is written atomically and an existing one is kept unless --overwrite.
+"""
+import sys
+
+from src.config import parse_cli, run_cli
+
+
+def add_script_args(parser):
+    parser.add_argument("--checkpoint", metavar="PATH",
+                        help="weights to export (.ckpt); the seed's --pretrained is accepted too")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing export file")
+
+
+def main(argv=None):
+    from src.deploy.cli import alias_flag, resolve_checkpoint
+
+    argv = alias_flag(sys.argv[1:] if argv is None else argv, "--batch_size", "--export_batch_size")
+    args, cfg = parse_cli(argv, description="Export NFNet as MINDIR, ONNX or AIR.",
+                          add_script_args=add_script_args)
+    checkpoint = resolve_checkpoint(args.checkpoint, cfg.pretrained)
+
+    from src.deploy.export import run_export
+
+    run_export(cfg, checkpoint, overwrite=args.overwrite)
+
+
+if __name__ == "__main__":
+    run_cli(main)

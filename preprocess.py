@@ -1,0 +1,45 @@
+"""Write a validation folder as eval-transformed float32 NCHW .bin files for the inference apps.
+
+    python preprocess.py --config src/configs/dm_nfnet_f0.yaml --data_path <val dir> \
+        --output_path preprocess_Result [--batch_size 1] [--overwrite]
+
+Each image goes through src.builders.build_eval_transform(cfg), the transform eval.py
+uses (src.data's create_eval_transform with the config's test_input_size, crop_pct,
+eval_crop_mode and interpolation), and is written to <output_path>/images/<name>.bin;
+<output_path>/labels.json maps each name to its class index. --data_path is the folder of
+class folders, or a dataset root holding <val_split>/. --batch_size (export_batch_size)
+must match the exported graph's batch.
+"""
+import sys
+
+from src.config import parse_cli, run_cli
+
+
+def add_script_args(parser):
+    parser.add_argument("--output_path", metavar="DIR", required=True,
+                        help="folder for images/<name>.bin, labels.json and sources.json")
+    parser.add_argument("--overwrite", action="store_true", help="replace .bin files of an earlier run")
+
+
+def main(argv=None):
+    from src.deploy.cli import alias_flag
+
+    argv = alias_flag(sys.argv[1:] if argv is None else argv, "--batch_size", "--export_batch_size")
+    args, cfg = parse_cli(argv, description="Eval-transform a validation folder into .bin tensors.",
+                          add_script_args=add_script_args)
+
+    from src.builders import build_eval_transform
+    from src.deploy.preprocess import preprocess_folder, resolve_split_dir
+
+    transform = build_eval_transform(cfg)  # the transform eval.py uses
+    split_dir = resolve_split_dir(cfg.data_path, cfg.val_split)
+    summary = preprocess_folder(split_dir, args.output_path, transform, batch_size=cfg.export_batch_size,
+                                strict_data=cfg.strict_data, overwrite=args.overwrite)
+    skipped = f", {len(summary['skipped'])} unreadable skipped" if summary["skipped"] else ""
+    print(f"preprocessed {summary['count']} images of {split_dir} ({len(summary['classes'])} classes{skipped}) "
+          f"into {summary['files']} files of batch {cfg.export_batch_size} at "
+          f"{cfg.test_input_size}x{cfg.test_input_size}: {summary['images_dir']}, labels {summary['labels_path']}")
+
+
+if __name__ == "__main__":
+    run_cli(main)

@@ -1,0 +1,45 @@
+"""A dependency-free progress bar on stderr."""
+import sys
+import time
+
+
+class ProgressBar:
+    """`label: 120/500 [####......] 24% 35.1 it/s` on stderr.
+
+    On a terminal the line is redrawn in place (at most 10 times a second); in a log file
+    (not a TTY) a line is written at every 10% so logs stay short.
+    """
+
+    def __init__(self, total, label="", stream=None, width=30):
+        self.total = max(int(total), 1)
+        self.label = label
+        self.stream = stream or sys.stderr
+        self.width = width
+        self.done = 0
+        self.start = time.monotonic()
+        self._last_draw = 0.0
+        self._last_decile = -1
+        self._tty = hasattr(self.stream, "isatty") and self.stream.isatty()
+
+    def update(self, n=1):
+        self.done = min(self.done + n, self.total)
+        now = time.monotonic()
+        if self._tty:
+            if now - self._last_draw >= 0.1 or self.done == self.total:
+                self._last_draw = now
+                self.stream.write("\r" + self._line(now))
+                if self.done == self.total:
+                    self.stream.write("\n")
+                self.stream.flush()
+        else:
+            decile = self.done * 10 // self.total
+            if decile != self._last_decile:
+                self._last_decile = decile
+                self.stream.write(self._line(now) + "\n")
+                self.stream.flush()
+
+    def _line(self, now):
+        filled = self.done * self.width // self.total
+        rate = self.done / max(now - self.start, 1e-9)
+        return (f"{self.label}: {self.done}/{self.total} [{'#' * filled}{'.' * (self.width - filled)}] "
+                f"{100 * self.done // self.total:3d}% {rate:.1f} it/s")

@@ -1,0 +1,93 @@
+"""preprocess -> CPU inference of the MINDIR -> postprocess counts exactly what eval.py counts."""
+import importlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import mindspore as ms
+import numpy as np
+import pytest
+
+from deploy_helpers import DIGITS_CONFIG, NUM_CLASSES, ROOT, make_network, run_python
+from src.config import UserError
+from src.data.folder import scan_image_folder
+from src.data.transforms import create_eval_transform, load_image
+from src.deploy.binio import read_tensor
+from src.deploy.infer_cpu import run_inference
+from src.deploy.metrics import correct_topk
+
+export_script = importlib.import_module("export")
+preprocess_script = importlib.import_module("preprocess")
+
+
+def reference_logits(network, cfg, folder):
+    """The eval-mode network over create_eval_transform, in folder order (what eval.py runs)."""
+    transform = create_eval_transform(cfg.test_input_size, crop_pct=cfg.crop_pct, crop_mode=cfg.eval_crop_mode,
+                                      interpolation=cfg.interpolation)
+    samples, _ = scan_image_folder(folder)
+    x = np.stack([transform(load_image(path)) for path, _ in samples])
+    return network(ms.Tensor(x)).asnumpy(), [label for _, label in samples]
+
+
+@pytest.fixture(scope="module")
+def nano_mindir(tmp_path_factory, nano_ckpt):
+    file_name = str(tmp_path_factory.mktemp("mindir") / "nano")
+    export_script.main(["--config", DIGITS_CONFIG, "--device_target", "CPU", "--checkpoint", nano_ckpt,
+                        "--file_name", file_name])
+    return file_name + ".mindir"
+
+
+def run_eval_py(tmp_path, checkpoint, image_folder):
+    """eval.py's JSON report for `checkpoint` on `image_folder` (copied to <root>/val)."""
+    root = tmp_path / "dataset"
+    shutil.copytree(image_folder, root / "val")
+    output = tmp_path / "eval.json"
+    result = run_python(["eval.py", "--config", DIGITS_CONFIG, "--device_target", "CPU", "--checkpoint", checkpoint,
+                         "--data_path", str(root), "--output", str(output)])
+    assert result.returncode == 0, result.stdout + result.stderr
+    with open(output, encoding="utf-8") as f:
+        return json.load(f)
+
+
+@pytest.mark.timeout(300)
+def test_cpu_flow_counts_exactly_what_eval_py_counts(tmp_path, nano_mindir, nano_ckpt, nano_weights, image_folder,
+                                                     digits_cfg):
+    work = tmp_path / "infer"
+    work.mkdir()
+    env = dict(os.environ, PYTHON=sys.executable)
+    result = subprocess.run(["bash", os.path.join(ROOT, "scripts", "run_infer_cpu.sh"), nano_mindir, "digits",
+                             image_folder], cwd=work, env=env, capture_output=True, text=True, timeout=280)
+    assert result.returncode == 0, result.stdout + result.stderr
+    with open(work / "acc.json", encoding="utf-8") as f:
+        report = json.load(f)
+
+    evaluated = run_eval_py(tmp_path, nano_ckpt, image_folder)
+    for key in ("count", "correct_top1", "correct_top5", "top1", "top5"):
+        assert report[key] == evaluated[key], key
+
+    # and image by image: the network itself over the eval transform
+    network = make_network("dm_nfnet_nano", nano_weights["raw"], NUM_CLASSES)
+    expected, labels = reference_logits(network, digits_cfg, image_folder)
+    assert report["count"] == len(labels) == 20
+    assert report["correct_top1"] == correct_topk(expected, labels, 1)
+    assert report["correct_top5"] == correct_topk(expected, labels, 5)
+    deployed = np.concatenate([read_tensor(str(work / "result_Files" / f"img_{i:08d}_0.bin"), (1, NUM_CLASSES))
+                               for i in range(len(labels))])
+    np.testing.assert_array_equal(deployed.argmax(1), expected.argmax(1))
+    assert np.abs(deployed - expected).max() <= 1e-4 * np.abs(expected).max()
+    assert "ms per image" in (work / "time_Result" / "test_perform_static.txt").read_text()
+    assert "top-1" in (work / "acc.log").read_text()
+
+
+def test_inputs_of_another_shape_are_rejected_with_the_fix(tmp_path, nano_mindir, image_folder):
+    preprocess_script.main(["--config", DIGITS_CONFIG, "--data_path", image_folder, "--output_path",
+                            str(tmp_path / "pre"), "--batch_size", "2"])
+    with pytest.raises(UserError, match=r"expected 12288 .*preprocess with --batch_size 1 at test_input_size 64"):
+        run_inference(nano_mindir, str(tmp_path / "pre" / "images"), str(tmp_path / "result_Files"), progress=False)
+
+
+def test_missing_inputs_are_an_error(tmp_path, nano_mindir):
+    with pytest.raises(UserError, match="folder not found"):
+        run_inference(nano_mindir, str(tmp_path / "nothing"), str(tmp_path / "result_Files"), progress=False)

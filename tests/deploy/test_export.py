@@ -1,0 +1,154 @@
+"""export.py: the folded eval network as MINDIR / ONNX, its logits, weights choice and file handling."""
+import importlib
+import os
+
+import mindspore as ms
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from deploy_helpers import DIGITS_CONFIG, F0_CONFIG, NUM_CLASSES, error_lines, make_network, random_weights, run_python
+from src.config import ConfigError, load_config
+from src.deploy.binio import mindir_input_shape
+from src.deploy.errors import DeployError
+from src.deploy.export import create_deploy_network, export_network
+
+export_script = importlib.import_module("export")
+
+
+def export(tmp_path, ckpt, *extra, name="nano"):
+    """Run export.py's main() in this process; returns the written path."""
+    file_name = str(tmp_path / name)
+    export_script.main(["--config", DIGITS_CONFIG, "--device_target", "CPU", "--checkpoint", ckpt,
+                        "--file_name", file_name, *extra])
+    fmt = extra[extra.index("--file_format") + 1] if "--file_format" in extra else "MINDIR"
+    return file_name + {"MINDIR": ".mindir", "ONNX": ".onnx"}[fmt]
+
+
+def run_mindir(path, x):
+    return ms.nn.GraphCell(ms.load(path))(ms.Tensor(x)).asnumpy()
+
+
+def run_onnx(path, x):
+    session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    return session.run(None, {session.get_inputs()[0].name: x})[0]
+
+
+def relative_max_error(actual, expected):
+    return float(np.abs(actual - expected).max() / np.abs(expected).max())
+
+
+def images(batch, size=64, seed=5):
+    return np.random.default_rng(seed).standard_normal((batch, 3, size, size)).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def nano(nano_weights):
+    return make_network("dm_nfnet_nano", nano_weights["raw"], NUM_CLASSES)
+
+
+@pytest.mark.timeout(300)
+def test_mindir_gives_the_eval_network_logits(tmp_path, nano, nano_ckpt):
+    path = export(tmp_path, nano_ckpt, "--batch_size", "3")
+    assert mindir_input_shape(path) == ((3, 3, 64, 64), True)
+    x = images(3)
+    error = relative_max_error(run_mindir(path, x), nano(ms.Tensor(x)).asnumpy())
+    print(f"MINDIR (folded) vs eval network, nano batch 3: {error:.2e}")
+    assert error <= 1e-4
+
+
+@pytest.mark.timeout(300)
+def test_onnx_runs_in_onnxruntime_with_mindspore_logits(tmp_path, nano, nano_ckpt):
+    path = export(tmp_path, nano_ckpt, "--file_format", "ONNX", "--batch_size", "2")
+    x = images(2)
+    error = relative_max_error(run_onnx(path, x), nano(ms.Tensor(x)).asnumpy())
+    print(f"ONNX in onnxruntime vs eval network, nano batch 2: {error:.2e}")
+    assert error <= 1e-4
+
+
+@pytest.mark.timeout(300)
+def test_ema_weights_are_exported_when_present_and_asked(tmp_path, nano_weights, nano_ema_ckpt):
+    x = images(1)
+    ema = make_network("dm_nfnet_nano", nano_weights["ema"], NUM_CLASSES)(ms.Tensor(x)).asnumpy()
+    raw = make_network("dm_nfnet_nano", nano_weights["raw"], NUM_CLASSES)(ms.Tensor(x)).asnumpy()
+    with_ema = run_mindir(export(tmp_path, nano_ema_ckpt, "--use_ema", name="ema"), x)
+    without = run_mindir(export(tmp_path, nano_ema_ckpt, "--use_ema", "false", name="raw"), x)
+    assert relative_max_error(with_ema, ema) <= 1e-4
+    assert relative_max_error(without, raw) <= 1e-4
+    assert relative_max_error(with_ema, raw) > 1e-2
+
+
+def test_raw_weights_are_exported_with_a_note_when_there_is_no_ema(tmp_path, nano, nano_ckpt, capsys):
+    path = export(tmp_path, nano_ckpt, "--use_ema")
+    assert "holds no EMA weights" in capsys.readouterr().out
+    x = images(1)
+    assert relative_max_error(run_mindir(path, x), nano(ms.Tensor(x)).asnumpy()) <= 1e-4
+
+
+def test_pretrained_is_an_alias_of_checkpoint(tmp_path, nano_ckpt):
+    file_name = str(tmp_path / "alias")
+    export_script.main(["--config", DIGITS_CONFIG, "--device_target", "CPU", "--pretrained", nano_ckpt,
+                        "--file_name", file_name])
+    assert os.path.isfile(file_name + ".mindir")
+    with pytest.raises(ConfigError, match="differ"):
+        export_script.main(["--config", DIGITS_CONFIG, "--checkpoint", nano_ckpt, "--pretrained", "other.ckpt"])
+    with pytest.raises(ConfigError, match="--checkpoint"):
+        export_script.main(["--config", DIGITS_CONFIG])
+    with pytest.raises(ConfigError, match="alias"):
+        export_script.main(["--config", DIGITS_CONFIG, "--checkpoint", nano_ckpt, "--batch_size", "2",
+                            "--export_batch_size", "2"])
+
+
+def test_existing_file_is_kept_unless_overwrite(tmp_path, nano_ckpt):
+    path = export(tmp_path, nano_ckpt)
+    before = os.path.getmtime(path)
+    with pytest.raises(DeployError, match="already exists; pass --overwrite"):
+        export(tmp_path, nano_ckpt)
+    assert os.path.getmtime(path) == before
+    export(tmp_path, nano_ckpt, "--overwrite", "--batch_size", "2")
+    assert mindir_input_shape(path)[0] == (2, 3, 64, 64)
+    assert sorted(os.listdir(tmp_path)) == ["nano.mindir"]  # no temporary file left
+
+
+def test_failed_export_leaves_no_file(tmp_path, nano, monkeypatch):
+    def broken_export(net, *inputs, file_name, file_format):
+        with open(file_name + ".mindir", "wb") as f:
+            f.write(b"half a model")
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(ms, "export", broken_export)
+    with pytest.raises(RuntimeError, match="disk full"):
+        export_network(nano, "MINDIR", str(tmp_path / "net"), 1, 64)
+    assert os.listdir(tmp_path) == []
+
+
+def test_missing_checkpoint_is_one_line_error(tmp_path):
+    with pytest.raises(Exception, match="checkpoint not found"):
+        export(tmp_path, str(tmp_path / "missing.ckpt"))
+
+
+@pytest.mark.timeout(120)
+def test_air_off_ascend_fails_in_one_line(tmp_path, nano_ckpt):
+    result = run_python(["export.py", "--config", DIGITS_CONFIG, "--checkpoint", nano_ckpt, "--file_format", "AIR",
+                         "--file_name", str(tmp_path / "net")])
+    assert result.returncode != 0
+    lines = error_lines(result.stderr)
+    assert len(lines) == 1 and lines[0].startswith("error: AIR export needs an Ascend device"), result.stderr
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.timeout(900)
+def test_f0_at_256_mindir_and_onnx_give_the_eval_network_logits(tmp_path):
+    """The issue's F0 check, 256x256, batch 1 (~2 min on 2 busy cores): folded MINDIR and ONNX."""
+    cfg = load_config(F0_CONFIG, {"device_target": "CPU"})
+    from src.models import create_model
+
+    network = make_network("dm_nfnet_f0", random_weights(create_model("dm_nfnet_f0"), seed=3), cfg.num_classes)
+    x = images(1, cfg.test_input_size)
+    expected = network(ms.Tensor(x)).asnumpy()
+    for fmt, run in (("MINDIR", run_mindir), ("ONNX", run_onnx)):
+        path = export_network(create_deploy_network(network, fmt), fmt, str(tmp_path / "f0"), 1,
+                              cfg.test_input_size)
+        error = relative_max_error(run(path, x), expected)
+        print(f"{fmt} (folded) vs eval network, F0 256 batch 1: {error:.2e}")
+        assert error <= 1e-4

@@ -1,0 +1,65 @@
+"""Weight-standardization folding gives the eval network's logits with plain convolutions."""
+import mindspore as ms
+import numpy as np
+import pytest
+
+from deploy_helpers import NUM_CLASSES, make_network
+from src.deploy.fold import FoldedConv2d, fold_conv, fold_weight_standardization
+from src.models.layers import ScaledStdConv2d
+
+
+def relative_max_error(actual, expected):
+    return float(np.abs(actual - expected).max() / np.abs(expected).max())
+
+
+@pytest.fixture(scope="module")
+def nano(nano_weights):
+    return make_network("dm_nfnet_nano", nano_weights["raw"], NUM_CLASSES)
+
+
+def test_folded_conv_holds_the_standardized_weight_and_bias():
+    conv = ScaledStdConv2d(8, 16, 3, stride=2, groups=2)
+    rng = np.random.default_rng(0)
+    conv.weight.set_data(ms.Tensor(rng.standard_normal(conv.weight.shape).astype(np.float32) + 0.3))
+    conv.gain.set_data(ms.Tensor(rng.uniform(0.5, 1.5, conv.gain.shape).astype(np.float32)))
+    conv.bias.set_data(ms.Tensor(rng.standard_normal(conv.bias.shape).astype(np.float32)))
+    folded = fold_conv(conv)
+    np.testing.assert_array_equal(folded.weight.asnumpy(), conv.standardized_weight().asnumpy())
+    np.testing.assert_array_equal(folded.bias.asnumpy(), conv.bias.asnumpy())
+    x = ms.Tensor(rng.standard_normal((2, 8, 10, 10)).astype(np.float32))  # even size: asymmetric SAME pad
+    np.testing.assert_allclose(folded(x).asnumpy(), conv(x).asnumpy(), rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("mode", [ms.PYNATIVE_MODE, ms.GRAPH_MODE], ids=["pynative", "graph"])
+def test_folded_nano_gives_the_eval_network_logits(nano, mode):
+    ms.set_context(mode=mode)
+    try:
+        folded = fold_weight_standardization(nano)
+        x = ms.Tensor(np.random.default_rng(3).standard_normal((4, 3, 64, 64)).astype(np.float32))
+        expected, actual = nano(x).asnumpy(), folded(x).asnumpy()
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    error = relative_max_error(actual, expected)
+    print(f"folded vs eval network (nano, {mode}): max|d| / max|logit| = {error:.2e}")
+    assert error <= 1e-4
+
+
+def test_folding_replaces_every_std_conv_and_leaves_the_network_untouched(nano):
+    before = {n: p.asnumpy().copy() for n, p in nano.parameters_and_names()}
+    folded = fold_weight_standardization(nano)
+    cells = [c for _, c in folded.cells_and_names()]
+    assert not any(isinstance(c, ScaledStdConv2d) for c in cells)
+    std_convs = sum(isinstance(c, ScaledStdConv2d) for _, c in nano.cells_and_names())
+    assert sum(isinstance(c, FoldedConv2d) for c in cells) == std_convs
+    names = [n for n, _ in folded.parameters_and_names()]
+    assert not any(n.endswith(".gain") for n in names)  # gains live inside the folded weights
+    assert "stages.0.0.conv2.weight" in names and "stem.conv1.bias" in names
+    assert not folded.training
+    for name, param in nano.parameters_and_names():
+        np.testing.assert_array_equal(param.asnumpy(), before[name])
+    assert any(isinstance(c, ScaledStdConv2d) for _, c in nano.cells_and_names())
+
+
+def test_fold_rejects_a_network_without_std_convs():
+    with pytest.raises(ValueError, match="no ScaledStdConv2d"):
+        fold_weight_standardization(ms.nn.Dense(3, 2))
