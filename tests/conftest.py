@@ -13,7 +13,10 @@ if ROOT not in sys.path:
 def _mindspore_cpu():
     import mindspore
 
+    from src.tools.context import set_cpu_threads
+
     mindspore.set_device("CPU")
+    set_cpu_threads()
     yield
 
 

@@ -6,6 +6,8 @@ import numpy as np
 from mindspore import Parameter, Tensor, nn, ops
 from mindspore.common.initializer import Normal, Zero, initializer
 
+from .conv2d_same import conv2d_same, default_conv_impl
+
 
 class ScaledStdConv2d(nn.Cell):
     """Conv2d whose weight is standardized per output channel on every call:
@@ -20,7 +22,7 @@ class ScaledStdConv2d(nn.Cell):
     """
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, groups=1,
-                 gamma=1.0, eps=1e-5, gain_init=1.0):
+                 gamma=1.0, eps=1e-5, gain_init=1.0, conv_impl=None):
         super().__init__()
         if in_channels % groups or out_channels % groups:
             raise ValueError(f"channels {in_channels}->{out_channels} not divisible by groups={groups}")
@@ -30,6 +32,7 @@ class ScaledStdConv2d(nn.Cell):
         self.stride = stride
         self.groups = groups
         self.eps = eps
+        self.conv_impl = conv_impl or default_conv_impl()  # see conv2d_same.py: im2col on CPU
         fan_in = in_channels // groups * kernel_size * kernel_size
         self.scale = gamma / math.sqrt(fan_in)
         shape = (out_channels, in_channels // groups, kernel_size, kernel_size)
@@ -48,9 +51,8 @@ class ScaledStdConv2d(nn.Cell):
 
     def construct(self, x):
         w = self.standardized_weight().astype(x.dtype)
-        return ops.conv2d(x, w, self.bias.astype(x.dtype), stride=self.stride,
-                          pad_mode="same", groups=self.groups)
+        return conv2d_same(x, w, self.bias.astype(x.dtype), self.stride, self.groups, self.conv_impl)
 
     def extend_repr(self):
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-                f"stride={self.stride}, groups={self.groups}, eps={self.eps}")
+                f"stride={self.stride}, groups={self.groups}, eps={self.eps}, impl={self.conv_impl}")

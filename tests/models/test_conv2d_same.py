@@ -1,0 +1,66 @@
+"""The CPU im2col+matmul convolution equals MindSpore's native SAME convolution and TF SAME."""
+import mindspore as ms
+import numpy as np
+import pytest
+from mindspore import ops
+
+from src.models.layers.conv2d_same import conv2d_same, same_padding
+
+
+@pytest.mark.parametrize("size, k, stride, expected", [
+    (16, 3, 2, (0, 1, 8)), (17, 3, 2, (1, 1, 9)), (16, 3, 1, (1, 1, 16)), (16, 1, 1, (0, 0, 16)), (15, 1, 2, (0, 0, 8)),
+])
+def test_same_padding_is_tensorflow_same(size, k, stride, expected):
+    assert same_padding(size, k, stride) == expected
+
+
+@pytest.mark.parametrize("n, c, h, w, o, k, stride, groups", [
+    (2, 8, 16, 16, 8, 3, 1, 1), (2, 8, 16, 16, 8, 3, 2, 1), (2, 8, 17, 15, 8, 3, 2, 2),
+    (3, 16, 9, 9, 32, 3, 2, 4), (2, 6, 8, 8, 12, 1, 1, 1), (2, 6, 7, 7, 12, 1, 2, 3), (1, 4, 5, 6, 4, 3, 1, 4),
+])
+def test_matmul_convolution_equals_native_kernel_forward_and_backward(n, c, h, w, o, k, stride, groups):
+    rng = np.random.default_rng(0)
+    x = ms.Tensor(rng.standard_normal((n, c, h, w)).astype(np.float32))
+    wt = ms.Tensor(rng.standard_normal((o, c // groups, k, k)).astype(np.float32))
+    b = ms.Tensor(rng.standard_normal((o,)).astype(np.float32))
+    cot = ms.Tensor(rng.standard_normal((n, o, -(-h // stride), -(-w // stride))).astype(np.float32))
+    results = {}
+    for impl in ("native", "matmul"):
+        def loss(xx, ww, bb, impl=impl):
+            return (conv2d_same(xx, ww, bb, stride, groups, impl) * cot).sum()
+
+        y = conv2d_same(x, wt, b, stride, groups, impl).asnumpy()
+        grads = ms.grad(loss, grad_position=(0, 1, 2))(x, wt, b)
+        results[impl] = [y] + [g.asnumpy() for g in grads]
+    for ours, ref in zip(results["matmul"], results["native"]):
+        assert ours.shape == ref.shape
+        assert np.abs(ours - ref).max() <= 1e-5 * np.abs(ref).max()
+
+
+def test_stride_two_same_padding_is_asymmetric_like_tensorflow():
+    # out[0, 0] of a 3x3 stride-2 conv on an even input covers rows/cols 0..2 (no padding before)
+    x = np.arange(36, dtype=np.float32).reshape(1, 1, 6, 6)
+    w = np.ones((1, 1, 3, 3), np.float32)
+    y = conv2d_same(ms.Tensor(x), ms.Tensor(w), None, 2, 1, "matmul").asnumpy()
+    assert y[0, 0, 0, 0] == x[0, 0, :3, :3].sum()
+    assert y[0, 0, -1, -1] == x[0, 0, 4:, 4:].sum()  # one zero row/col after
+
+
+@pytest.mark.timeout(300)
+def test_graph_mode_training_through_stride_two_convs_runs_past_six_steps():
+    """A functional pad before stride-2 convs hung Graph-mode training at step 6; concat does not."""
+    from src.models import create_model
+
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        net = create_model("dm_nfnet_nano", num_classes=10)
+        opt = ms.nn.Momentum(net.trainable_params(), 0.01, 0.9)
+        step = ms.nn.TrainOneStepCell(ms.nn.WithLossCell(net, ms.nn.CrossEntropyLoss()), opt)
+        step.set_train()
+        rng = np.random.default_rng(0)
+        x = ms.Tensor(rng.standard_normal((4, 3, 64, 64)).astype(np.float32))
+        y = ms.Tensor(rng.integers(0, 10, 4).astype(np.int32))
+        losses = [float(step(x, y).asnumpy()) for _ in range(8)]
+        assert np.isfinite(losses).all()
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
