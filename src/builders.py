@@ -42,8 +42,9 @@ def build_train_dataset(cfg, ctx, start_epoch=0, bad_file_log=None):
     """(training pipeline, mixup or None): augmentation, Mixup/CutMix, sharded by rank."""
     from src.data import create_dataset, create_mixup, create_train_transform
 
-    transform = create_train_transform(cfg.input_size, interpolation=cfg.interpolation,
-                                       auto_augment=cfg.auto_augment, re_prob=cfg.re_prob,
+    transform = create_train_transform(cfg.input_size, interpolation=cfg.interpolation, scale=tuple(cfg.scale),
+                                       ratio=tuple(cfg.ratio), hflip=cfg.hflip, auto_augment=cfg.auto_augment,
+                                       re_prob=cfg.re_prob,
                                        re_mode=cfg.re_mode, re_count=cfg.re_count)
     mixup = create_mixup(mix_up=cfg.mix_up, cutmix=cfg.cutmix, mixup_prob=cfg.mixup_prob,
                          switch_prob=cfg.switch_prob, mixup_mode=cfg.mixup_mode,

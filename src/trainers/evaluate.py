@@ -11,6 +11,8 @@ Correct at k means the true class is among the k largest logits, ties broken tow
 lower class index, i.e. exactly `np.argsort(-logits, kind="stable")[:, :k]` (top-1 is
 `np.argmax`). A row with a non-finite logit is never correct. k = min(5, classes) for top-5.
 """
+import weakref
+
 import numpy as np
 import mindspore
 from mindspore import Tensor, ops
@@ -104,7 +106,20 @@ def evaluate(network, dataset, loss_fn=None, distributed=False, jit=True):
     }
 
 
+# network -> {(loss_fn id, jit): counter}: one compiled forward per network, reused by every
+# evaluation during training (a new jit function per call recompiled the graph each epoch)
+_COUNTERS = weakref.WeakKeyDictionary()
+
+
 def _make_counter(network, loss_fn, jit):
+    cache = _COUNTERS.setdefault(network, {})
+    key = (id(loss_fn), jit)
+    if key not in cache:
+        cache[key] = _new_counter(network, loss_fn, jit)
+    return cache[key]
+
+
+def _new_counter(network, loss_fn, jit):
     def counter(images, labels, valid):
         count, top1, top5, loss_sum = _batch_counts(network, loss_fn, images, labels, valid)
         return ops.stack([count, top1, top5]), loss_sum
