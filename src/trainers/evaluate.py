@@ -15,7 +15,7 @@ import weakref
 
 import numpy as np
 import mindspore
-from mindspore import Tensor, ops
+from mindspore import Tensor, nn, ops
 
 __all__ = ["evaluate", "count_correct"]
 
@@ -106,25 +106,41 @@ def evaluate(network, dataset, loss_fn=None, distributed=False, jit=True):
     }
 
 
-# network -> {(loss_fn id, jit): counter}: one compiled forward per network, reused by every
-# evaluation during training (a new jit function per call recompiled the graph each epoch)
+class _BatchCounter(nn.Cell):
+    """The per-batch counting as a Cell, compiled once in Graph mode and reused.
+
+    Not a cached jit closure: a jit function (and a jit-decorated construct in PyNative
+    mode) captures the weights as they were when it compiled, so later evaluations (new
+    weights, EMA weights swapped in) would silently score the first ones (measured with
+    MindSpore 2.10); a Graph-mode Cell reads its Parameters on every call.
+    """
+
+    def __init__(self, network, loss_fn):
+        super().__init__(auto_prefix=False)
+        self.network = network
+        self.loss_fn = loss_fn
+
+    def construct(self, images, labels, valid):
+        count, top1, top5, loss_sum = _batch_counts(self.network, self.loss_fn, images, labels, valid)
+        return ops.stack([count, top1, top5]), loss_sum
+
+
+# network -> {(loss_fn id, jit): counter}: one compiled counter per network, reused by every
+# evaluation during training instead of compiling the graph again each epoch
 _COUNTERS = weakref.WeakKeyDictionary()
 
 
 def _make_counter(network, loss_fn, jit):
+    if mindspore.get_context("mode") != mindspore.GRAPH_MODE:
+        def counter(images, labels, valid):
+            count, top1, top5, loss_sum = _batch_counts(network, loss_fn, images, labels, valid)
+            return ops.stack([count, top1, top5]), loss_sum
+        # a new jit function per evaluation: it compiles again, but sees the current weights
+        return mindspore.jit(counter) if jit else counter
     cache = _COUNTERS.setdefault(network, {})
-    key = (id(loss_fn), jit)
-    if key not in cache:
-        cache[key] = _new_counter(network, loss_fn, jit)
-    return cache[key]
-
-
-def _new_counter(network, loss_fn, jit):
-    def counter(images, labels, valid):
-        count, top1, top5, loss_sum = _batch_counts(network, loss_fn, images, labels, valid)
-        return ops.stack([count, top1, top5]), loss_sum
-
-    return mindspore.jit(counter) if jit else counter
+    if id(loss_fn) not in cache:
+        cache[id(loss_fn)] = _BatchCounter(network, loss_fn)
+    return cache[id(loss_fn)]
 
 
 def _all_reduce_sums(counts, loss_sum):

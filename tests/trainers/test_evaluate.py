@@ -150,3 +150,29 @@ def test_soft_target_labels_count_their_largest_class():
     result = evaluate(LogitTable(logits), data)
     top1, top5, _ = numpy_metrics(logits, labels, 5)
     assert (result["count"], result["correct_top1"], result["correct_top5"]) == (6, top1, top5)
+
+
+@pytest.mark.parametrize("mode", [mindspore.GRAPH_MODE, mindspore.PYNATIVE_MODE], ids=["graph", "pynative"])
+def test_a_second_evaluation_scores_the_current_weights_not_the_compiled_ones(mode):
+    """Evaluation during training changes the weights between calls (training, EMA swap-in)."""
+    mindspore.set_context(mode=mode)
+    try:
+        net = nn.Dense(4, 3)
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((6, 4)).astype(np.float32)
+        y = rng.integers(0, 3, 6).astype(np.int32)
+        data = ds.NumpySlicesDataset({"image": x, "label": y}, shuffle=False).batch(4)
+        losses, loss_fn = [], create_loss(reduction="none")
+        for seed in (1, 2):
+            w = np.random.default_rng(seed).standard_normal((3, 4)).astype(np.float32)
+            net.weight.set_data(Tensor(w))
+            got = evaluate(net, data, loss_fn)["loss"]
+            logits = x @ w.T + net.bias.asnumpy()
+            logp = logits - np.log(np.exp(logits - logits.max(1, keepdims=True)).sum(1, keepdims=True)) \
+                - logits.max(1, keepdims=True)
+            expected = float(-logp[np.arange(6), y].mean())
+            assert got == pytest.approx(expected, rel=1e-5)
+            losses.append(got)
+        assert losses[0] != losses[1]
+    finally:
+        mindspore.set_context(mode=mindspore.PYNATIVE_MODE)
