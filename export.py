@@ -6,7 +6,9 @@
 The graph is the eval-mode network in float32 at test_input_size x test_input_size, with
 weight standardization folded into plain convolutions (see src/deploy). --pretrained is
 accepted as the seed's name for --checkpoint, --batch_size as export_batch_size; the
-file is written atomically and an existing one is kept unless --overwrite.
+file is written atomically and an existing one is kept unless --overwrite. Convolutions
+follow the export device (--conv_impl auto); exporting a MINDIR for Ascend 310 on a
+CPU machine, pass --conv_impl native.
 """
 import sys
 
@@ -17,6 +19,9 @@ def add_script_args(parser):
     parser.add_argument("--checkpoint", metavar="PATH",
                         help="weights to export (.ckpt); the seed's --pretrained is accepted too")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing export file")
+    parser.add_argument("--conv_impl", choices=("auto", "native", "matmul"), default="auto",
+                        help="MINDIR/AIR convolutions: auto = the device's (native Conv2D on Ascend/GPU, "
+                             "im2col+matmul on CPU); native for Ascend 310 when exporting on CPU")
 
 
 def main(argv=None):
@@ -29,7 +34,7 @@ def main(argv=None):
 
     from src.deploy.export import run_export
 
-    run_export(cfg, checkpoint, overwrite=args.overwrite)
+    run_export(cfg, checkpoint, overwrite=args.overwrite, conv_impl=args.conv_impl)
 
 
 if __name__ == "__main__":

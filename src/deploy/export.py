@@ -4,7 +4,12 @@ The deployed network is the eval-mode network (dropout and stochastic depth off)
 weight standardization folded (src/deploy/fold.py), in float32, traced at batch
 `export_batch_size` and `test_input_size` x `test_input_size`. ONNX additionally
 computes GELU without the Erf operator (src/deploy/gelu.py), because MindSpore's ONNX
-exporter has none.
+exporter has none, and always uses native Conv operators.
+
+Convolutions in a MINDIR/AIR follow the device the network is built for (conv_impl
+"auto"): native Conv2D on Ascend and GPU, im2col + matmul on CPU, where MindSpore 2.10
+runs that ~10x faster. Exporting on a CPU machine for Ascend 310, pass conv_impl
+"native" (export.py --conv_impl native).
 """
 import os
 
@@ -51,12 +56,18 @@ def create_eval_network(cfg, checkpoint_path, use_ema=None):
     return network, prefix
 
 
-def create_deploy_network(network, file_format="MINDIR"):
-    """The folded eval network for `file_format` (a new network; `network` is left as it is)."""
+def create_deploy_network(network, file_format="MINDIR", conv_impl="auto"):
+    """The folded eval network for `file_format` (a new network; `network` is left as it is).
+
+    conv_impl: "auto" keeps each layer's convolution implementation, "native" / "matmul"
+    set it; ONNX always gets native convolutions.
+    """
     from .fold import fold_weight_standardization
     from .gelu import use_elementary_gelu
 
-    folded = fold_weight_standardization(network)
+    if file_format == "ONNX":
+        conv_impl = "native"
+    folded = fold_weight_standardization(network, None if conv_impl == "auto" else conv_impl)
     if file_format == "ONNX":
         use_elementary_gelu(folded)
     return folded
@@ -90,7 +101,7 @@ def export_network(network, file_format, file_name, batch_size, image_size, over
     return path
 
 
-def run_export(cfg, checkpoint_path, overwrite=False, log=print):
+def run_export(cfg, checkpoint_path, overwrite=False, conv_impl="auto", log=print):
     """export.py's work: checks, eval network from the checkpoint, fold, write. Returns the path.
 
     Cheap checks (existing target, AIR off Ascend, unavailable device) come before the
@@ -107,10 +118,13 @@ def run_export(cfg, checkpoint_path, overwrite=False, log=print):
     network, prefix = create_eval_network(cfg, checkpoint_path)  # CheckpointError is a UserError
     if cfg.use_ema and not prefix:
         log(f"note: {checkpoint_path} holds no EMA weights; exporting its raw weights")
-    deployed = create_deploy_network(network, cfg.file_format)
+    deployed = create_deploy_network(network, cfg.file_format, conv_impl)
     path = export_network(deployed, cfg.file_format, file_name, cfg.export_batch_size, cfg.test_input_size,
                           overwrite=overwrite)
+    from .fold import FoldedConv2d
+
+    impls = "/".join(sorted({c.conv_impl for _, c in deployed.cells_and_names() if isinstance(c, FoldedConv2d)}))
     size = cfg.test_input_size
     log(f"exported {cfg.arch} ({'EMA' if prefix else 'raw'} weights of {checkpoint_path}) as {cfg.file_format}: "
-        f"{path} (input {cfg.export_batch_size}x3x{size}x{size} float32)")
+        f"{path} (input {cfg.export_batch_size}x3x{size}x{size} float32, {impls} convolutions)")
     return path

@@ -8,58 +8,71 @@ At inference w, gain and gamma are constants, so w_hat is too. Folding computes 
 once, with the layer's own `standardized_weight()` (the very arithmetic the network
 runs), and replaces the layer by a plain convolution holding w_hat and the bias, with
 the same TensorFlow-SAME padding, stride and groups. The exported graph then carries no
-mean/variance reductions per call, and a device runs an ordinary Conv2D.
+mean/variance reductions per call.
+
+The convolution itself is src.models.layers.conv2d_same, in the layer's implementation
+by default: "native" (one Conv2D operator: what Ascend, GPU and ONNX runtimes execute
+best) or "matmul" (im2col + matmul, which MindSpore 2.10's CPU backend runs ~10x faster
+than its native NCHW kernel). `conv_impl` overrides it for the whole network.
 """
 import copy
 
-from mindspore import Parameter, Tensor, nn, ops
+from mindspore import Parameter, Tensor, nn
 
 from src.models.layers import ScaledStdConv2d
+from src.models.layers.conv2d_same import conv2d_same
 
 from .cells import replace_cells
 
 
+CONV_IMPLS = ("native", "matmul")
+
+
 class FoldedConv2d(nn.Cell):
-    """conv2d(x, w_hat) + bias with pad_mode='same': a ScaledStdConv2d after folding.
+    """conv2d(x, w_hat) + bias with TensorFlow SAME padding: a ScaledStdConv2d after folding.
 
     Parameters `weight` (out, in/groups, k, k) holds w_hat and `bias` (out,) the conv
     bias; there is no gain any more (it is inside w_hat).
     """
 
-    def __init__(self, weight, bias, stride=1, groups=1):
+    def __init__(self, weight, bias, stride=1, groups=1, conv_impl="native"):
         super().__init__()
+        if conv_impl not in CONV_IMPLS:
+            raise ValueError(f"conv_impl must be one of {CONV_IMPLS}, got {conv_impl!r}")
         self.weight = Parameter(Tensor(weight), name="weight")
         self.bias = Parameter(Tensor(bias), name="bias")
         self.stride = stride
         self.groups = groups
+        self.conv_impl = conv_impl
 
     def construct(self, x):
-        return ops.conv2d(x, self.weight, self.bias, stride=self.stride, pad_mode="same",
-                          groups=self.groups)
+        return conv2d_same(x, self.weight, self.bias, self.stride, self.groups, self.conv_impl)
 
     def extend_repr(self):
         out, in_per_group, k, _ = self.weight.shape
         return (f"{in_per_group * self.groups}, {out}, kernel_size={k}, stride={self.stride}, "
-                f"groups={self.groups}, folded")
+                f"groups={self.groups}, impl={self.conv_impl}, folded")
 
 
-def fold_conv(conv):
+def fold_conv(conv, conv_impl=None):
     """The FoldedConv2d equivalent to one ScaledStdConv2d (weights computed in float32)."""
     w_hat = conv.standardized_weight().asnumpy()
     bias = conv.bias.asnumpy().astype("float32")
-    return FoldedConv2d(w_hat, bias, stride=conv.stride, groups=conv.groups)
+    return FoldedConv2d(w_hat, bias, stride=conv.stride, groups=conv.groups,
+                        conv_impl=conv_impl or getattr(conv, "conv_impl", "native"))
 
 
-def fold_weight_standardization(network):
+def fold_weight_standardization(network, conv_impl=None):
     """An eval-mode copy of `network` with every ScaledStdConv2d replaced by a FoldedConv2d.
 
-    The input network is left untouched (the copy is deep). Returns the folded network;
-    raises ValueError when there is nothing to fold, which means the caller passed
+    `conv_impl` ("native" / "matmul") sets the convolution of every folded layer; None
+    keeps each layer's own. The input network is left untouched (the copy is deep).
+    Raises ValueError when there is nothing to fold, which means the caller passed
     something other than an NFNet.
     """
     folded = copy.deepcopy(network)
     count = replace_cells(folded, lambda cell: isinstance(cell, ScaledStdConv2d),
-                          lambda _name, conv: fold_conv(conv))
+                          lambda _name, conv: fold_conv(conv, conv_impl))
     if count == 0:
         raise ValueError(f"{type(network).__name__} has no ScaledStdConv2d to fold")
     folded.set_train(False)

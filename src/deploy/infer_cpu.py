@@ -29,6 +29,13 @@ def load_mindir(path, device_target="CPU"):
     if not is_float32:
         raise DeployError(f"{path}: input 0 is not float32; export.py writes float32 graphs")
     ms.set_device(device_target)
+    if device_target == "CPU":
+        from src.tools.context import set_cpu_threads
+
+        try:
+            set_cpu_threads()  # MindSpore's default 25 kernel threads oversubscribe small machines
+        except RuntimeError:  # MindSpore allows setting it once per process; it already was
+            pass
     return ms.nn.GraphCell(ms.load(path)), shape
 
 

@@ -48,18 +48,21 @@ def nano(nano_weights):
 
 
 @pytest.mark.timeout(300)
-def test_mindir_gives_the_eval_network_logits(tmp_path, nano, nano_ckpt):
-    path = export(tmp_path, nano_ckpt, "--batch_size", "3")
+@pytest.mark.parametrize("conv_impl", ["auto", "native"])
+def test_mindir_gives_the_eval_network_logits(tmp_path, nano, nano_ckpt, conv_impl, capsys):
+    path = export(tmp_path, nano_ckpt, "--batch_size", "3", "--conv_impl", conv_impl)
     assert mindir_input_shape(path) == ((3, 3, 64, 64), True)
+    assert f"{'matmul' if conv_impl == 'auto' else 'native'} convolutions" in capsys.readouterr().out
     x = images(3)
     error = relative_max_error(run_mindir(path, x), nano(ms.Tensor(x)).asnumpy())
-    print(f"MINDIR (folded) vs eval network, nano batch 3: {error:.2e}")
+    print(f"MINDIR (folded, {conv_impl} conv) vs eval network, nano batch 3: {error:.2e}")
     assert error <= 1e-4
 
 
 @pytest.mark.timeout(300)
-def test_onnx_runs_in_onnxruntime_with_mindspore_logits(tmp_path, nano, nano_ckpt):
-    path = export(tmp_path, nano_ckpt, "--file_format", "ONNX", "--batch_size", "2")
+def test_onnx_runs_in_onnxruntime_with_mindspore_logits(tmp_path, nano, nano_ckpt, capsys):
+    path = export(tmp_path, nano_ckpt, "--file_format", "ONNX", "--batch_size", "2", "--conv_impl", "matmul")
+    assert "native convolutions" in capsys.readouterr().out  # ONNX: always the Conv operator
     x = images(2)
     error = relative_max_error(run_onnx(path, x), nano(ms.Tensor(x)).asnumpy())
     print(f"ONNX in onnxruntime vs eval network, nano batch 2: {error:.2e}")
@@ -146,9 +149,10 @@ def test_f0_at_256_mindir_and_onnx_give_the_eval_network_logits(tmp_path):
     network = make_network("dm_nfnet_f0", random_weights(create_model("dm_nfnet_f0"), seed=3), cfg.num_classes)
     x = images(1, cfg.test_input_size)
     expected = network(ms.Tensor(x)).asnumpy()
-    for fmt, run in (("MINDIR", run_mindir), ("ONNX", run_onnx)):
-        path = export_network(create_deploy_network(network, fmt), fmt, str(tmp_path / "f0"), 1,
-                              cfg.test_input_size)
+    for fmt, conv_impl, run in (("MINDIR", "auto", run_mindir), ("MINDIR", "native", run_mindir),
+                                ("ONNX", "native", run_onnx)):
+        path = export_network(create_deploy_network(network, fmt, conv_impl), fmt, str(tmp_path / f"f0_{conv_impl}"),
+                              1, cfg.test_input_size)
         error = relative_max_error(run(path, x), expected)
-        print(f"{fmt} (folded) vs eval network, F0 256 batch 1: {error:.2e}")
+        print(f"{fmt} (folded, {conv_impl} conv) vs eval network, F0 256 batch 1: {error:.2e}")
         assert error <= 1e-4

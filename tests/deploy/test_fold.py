@@ -23,25 +23,36 @@ def test_folded_conv_holds_the_standardized_weight_and_bias():
     conv.weight.set_data(ms.Tensor(rng.standard_normal(conv.weight.shape).astype(np.float32) + 0.3))
     conv.gain.set_data(ms.Tensor(rng.uniform(0.5, 1.5, conv.gain.shape).astype(np.float32)))
     conv.bias.set_data(ms.Tensor(rng.standard_normal(conv.bias.shape).astype(np.float32)))
-    folded = fold_conv(conv)
-    np.testing.assert_array_equal(folded.weight.asnumpy(), conv.standardized_weight().asnumpy())
-    np.testing.assert_array_equal(folded.bias.asnumpy(), conv.bias.asnumpy())
     x = ms.Tensor(rng.standard_normal((2, 8, 10, 10)).astype(np.float32))  # even size: asymmetric SAME pad
-    np.testing.assert_allclose(folded(x).asnumpy(), conv(x).asnumpy(), rtol=0, atol=1e-6)
+    for conv_impl in ("native", "matmul"):
+        folded = fold_conv(conv, conv_impl)
+        np.testing.assert_array_equal(folded.weight.asnumpy(), conv.standardized_weight().asnumpy())
+        np.testing.assert_array_equal(folded.bias.asnumpy(), conv.bias.asnumpy())
+        np.testing.assert_allclose(folded(x).asnumpy(), conv(x).asnumpy(), rtol=0, atol=1e-5)
 
 
+@pytest.mark.parametrize("conv_impl", [None, "native", "matmul"], ids=["layer_impl", "native", "matmul"])
 @pytest.mark.parametrize("mode", [ms.PYNATIVE_MODE, ms.GRAPH_MODE], ids=["pynative", "graph"])
-def test_folded_nano_gives_the_eval_network_logits(nano, mode):
+def test_folded_nano_gives_the_eval_network_logits(nano, mode, conv_impl):
     ms.set_context(mode=mode)
     try:
-        folded = fold_weight_standardization(nano)
+        folded = fold_weight_standardization(nano, conv_impl)
         x = ms.Tensor(np.random.default_rng(3).standard_normal((4, 3, 64, 64)).astype(np.float32))
         expected, actual = nano(x).asnumpy(), folded(x).asnumpy()
     finally:
         ms.set_context(mode=ms.PYNATIVE_MODE)
     error = relative_max_error(actual, expected)
-    print(f"folded vs eval network (nano, {mode}): max|d| / max|logit| = {error:.2e}")
+    print(f"folded ({conv_impl or 'layer'} conv) vs eval network (nano, mode {mode}): "
+          f"max|d| / max|logit| = {error:.2e}")
     assert error <= 1e-4
+
+
+def test_folded_convs_keep_the_layer_implementation_unless_told(nano):
+    own = {c.conv_impl for _, c in nano.cells_and_names() if isinstance(c, ScaledStdConv2d)}
+    assert own == {"matmul"}  # built on the CPU backend
+    for conv_impl, expected in ((None, own), ("native", {"native"})):
+        folded = fold_weight_standardization(nano, conv_impl)
+        assert {c.conv_impl for _, c in folded.cells_and_names() if isinstance(c, FoldedConv2d)} == expected
 
 
 def test_folding_replaces_every_std_conv_and_leaves_the_network_untouched(nano):
