@@ -42,6 +42,7 @@ import math
 import os
 import random
 import re
+import threading
 
 import numpy as np
 import mindspore.dataset as ds
@@ -73,12 +74,21 @@ DEFAULT_PYTHON_MULTIPROCESSING = True
 
 
 class _seeded_random_state:
-    """Context manager: seed NumPy's and Python's global RNGs from ``words``, restore them on exit."""
+    """Context manager: seed NumPy's and Python's global RNGs from ``words``, restore them on exit.
+
+    Holds a lock meanwhile: the per-sample map and the per-batch Mixup run in different
+    pipeline threads of one process when there are no worker processes, and without the
+    lock each would reseed the other's global state mid-draw (measured: two runs with the
+    same seed then trained on different augmentations).
+    """
+
+    _lock = threading.RLock()
 
     def __init__(self, *words):
         self.state = np.random.SeedSequence([int(w) for w in words]).generate_state(2)
 
     def __enter__(self):
+        self._lock.acquire()
         self.saved = (np.random.get_state(), random.getstate())
         np.random.seed(int(self.state[0]))
         random.seed(int(self.state[0]) << 32 | int(self.state[1]))
@@ -86,6 +96,7 @@ class _seeded_random_state:
     def __exit__(self, *exc):
         np.random.set_state(self.saved[0])
         random.setstate(self.saved[1])
+        self._lock.release()
 
 
 def read_bad_file_log(path):
