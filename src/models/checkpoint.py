@@ -21,6 +21,21 @@ def _short_list(items, limit=6):
     return text + (f" (+{len(items) - limit} more)" if len(items) > limit else "")
 
 
+def describe_mismatch(missing, unexpected, misshaped):
+    """'N missing (a, b, ...); N unexpected (...); N mis-shaped (...)' for a one-line error.
+
+    `misshaped` holds ready-made "name: shapes" strings.
+    """
+    parts = []
+    if missing:
+        parts.append(f"{len(missing)} missing ({_short_list(missing)})")
+    if unexpected:
+        parts.append(f"{len(unexpected)} unexpected ({_short_list(unexpected)})")
+    if misshaped:
+        parts.append(f"{len(misshaped)} mis-shaped ({_short_list(misshaped, 3)})")
+    return "; ".join(parts)
+
+
 def read_checkpoint(path):
     """name -> numpy array of a MindSpore .ckpt or .safetensors file."""
     if not os.path.isfile(path):
@@ -65,19 +80,13 @@ def load_model_weights(network, checkpoint_path, prefix="", drop_head=False):
     if drop_head and misshaped and misshaped <= _head_names(network):
         kept, misshaped = sorted(misshaped), set()
     if missing or unexpected or misshaped:
-        parts = []
-        if missing:
-            parts.append(f"{len(missing)} missing ({_short_list(missing)})")
-        if unexpected:
-            parts.append(f"{len(unexpected)} unexpected ({_short_list(unexpected)})")
-        if misshaped:
-            shapes = [f"{n}: checkpoint {tuple(weights[n].shape)} vs model {tuple(own[n].shape)}"
-                      for n in sorted(misshaped)]
-            parts.append(f"{len(misshaped)} mis-shaped ({_short_list(shapes, 3)})")
+        shapes = [f"{n}: checkpoint {tuple(weights[n].shape)} vs model {tuple(own[n].shape)}"
+                  for n in sorted(misshaped)]
         hint = ""
         if misshaped and misshaped <= _head_names(network) and not drop_head:
             hint = "; the classifier has another class count: fine-tune with the head re-initialized (--finetune)"
-        raise CheckpointError(f"{checkpoint_path} does not fit the network: " + "; ".join(parts) + hint)
+        raise CheckpointError(f"{checkpoint_path} does not fit the network: "
+                              + describe_mismatch(missing, unexpected, shapes) + hint)
     for name, param in own.items():
         if name in kept:
             continue

@@ -23,7 +23,7 @@ import numpy as np
 import mindspore as ms
 from mindspore import Tensor
 
-from src.models.checkpoint import CheckpointError
+from src.models.checkpoint import CheckpointError, describe_mismatch
 
 __all__ = ["CheckpointError", "CheckpointManager", "save_checkpoint_atomic", "remove_partial_files",
            "read_checkpoint_meta", "find_latest_checkpoint", "load_training_state", "prepare_output_dir",
@@ -44,12 +44,6 @@ CONFIG_DERIVED_PARAMS = ("learning_rate",)
 
 def _is_metadata(name):
     return name in (EPOCH_KEY, STEP_KEY, BEST_KEY) or name.startswith(METRIC_PREFIX)
-
-
-def _short_list(items, limit=5):
-    items = sorted(items)
-    text = ", ".join(items[:limit])
-    return text + (f" (+{len(items) - limit} more)" if len(items) > limit else "")
 
 
 def _first_line(exc):
@@ -330,14 +324,8 @@ def load_training_state(train_cell, path, skip=CONFIG_DERIVED_PARAMS):
                  for name in sorted(set(own) & set(state))
                  if not isinstance(state[name], str) and tuple(state[name].shape) != tuple(own[name].shape)]
     if missing or unexpected or misshaped:
-        parts = []
-        if missing:
-            parts.append(f"{len(missing)} missing ({_short_list(missing)})")
-        if unexpected:
-            parts.append(f"{len(unexpected)} unexpected ({_short_list(unexpected)})")
-        if misshaped:
-            parts.append(f"{len(misshaped)} mis-shaped ({_short_list(misshaped, 3)})")
-        raise CheckpointError(f"{path} is not a training state of this network: " + "; ".join(parts))
+        raise CheckpointError(f"{path} is not a training state of this network: "
+                              + describe_mismatch(missing, unexpected, misshaped))
     for name, param in own.items():
         value = state[name].asnumpy().astype(ms.dtype_to_nptype(param.dtype))
         param.set_data(Tensor(value.reshape(param.shape)))

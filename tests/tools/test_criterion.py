@@ -2,21 +2,11 @@
 import numpy as np
 import pytest
 import mindspore
-from mindspore import Tensor, ops
+from mindspore import Tensor
 
 from src.tools.criterion import CrossEntropySmooth, SoftTargetCrossEntropy, create_loss
 
 N, C = 6, 5
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _absorb_first_tuple_op_failure():
-    """MindSpore 2.10 (built for NumPy 1.x) fails the first PyNative op with a tuple
-    argument once per process under NumPy 2 ("Numpy init failed"); take it here."""
-    try:
-        ops.reshape(Tensor(np.zeros(2, np.float32)), (1, 2))
-    except (SystemError, ImportError):
-        pass
 
 
 def log_softmax(z):

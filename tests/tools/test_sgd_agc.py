@@ -17,16 +17,6 @@ from src.tools.sgd_agc import SGDAGC, adaptive_clip_grad, unitwise_norm
 CLIPPING, EPS = 0.01, 1e-3
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _absorb_first_tuple_op_failure():
-    """MindSpore 2.10 (built for NumPy 1.x) fails the first PyNative op with a tuple
-    argument once per process under NumPy 2 ("Numpy init failed"); take it here."""
-    try:
-        ops.reshape(Tensor(np.zeros(2, np.float32)), (1, 2))
-    except (SystemError, ImportError):
-        pass
-
-
 # ---- numpy reference, DeepMind layout -------------------------------------------------
 
 def to_deepmind(x):
