@@ -1,0 +1,55 @@
+#!/bin/bash
+# Shared by the run_standalone_train_*, run_distribute_train_* and run_eval_* scripts (sourced,
+# not run). The sourcing script defines usage() and checks its argument count first; this file
+# resolves ROOT and PYTHON and offers checks that print the usage and exit 1 on a bad argument.
+#
+#   RUN_DIR  run directory (default: ./runs/<kind>-<date>-<time>): logs/ holds the launcher's
+#            logs, output/ is train.py's output_dir (checkpoints, train.log, metrics, curves)
+#   PYTHON   interpreter (default: the repository's .venv, else python3)
+# shellcheck disable=SC2034  # ROOT, PYTHON and RUN_DIR are used by the scripts that source this file
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+if [ -z "${PYTHON:-}" ]; then
+  if [ -x "$ROOT/.venv/bin/python" ]; then PYTHON="$ROOT/.venv/bin/python"; else PYTHON=python3; fi
+fi
+
+bad_argument() {  # bad_argument <message>: the message, the usage, exit 1
+  echo "error: $1" >&2
+  usage
+  exit 1
+}
+
+existing_file() {  # existing_file <path> <name>: its absolute path
+  [ -f "$1" ] || bad_argument "$2 not found: $1"
+  realpath -- "$1"
+}
+
+non_negative_int() {  # non_negative_int <value> <name>
+  [[ "$1" =~ ^[0-9]+$ ]] || bad_argument "$2 must be a non-negative integer, got '$1'"
+  echo "$1"
+}
+
+positive_int() {  # positive_int <value> <name>
+  [[ "$1" =~ ^[1-9][0-9]*$ ]] || bad_argument "$2 must be a positive integer, got '$1'"
+  echo "$1"
+}
+
+make_run_dir() {  # make_run_dir <kind>: sets RUN_DIR (absolute) and creates RUN_DIR/logs
+  RUN_DIR="${RUN_DIR:-$(pwd)/runs/$1-$(date +%Y%m%d-%H%M%S)}"
+  mkdir -p "$RUN_DIR/logs"
+  RUN_DIR="$(realpath -- "$RUN_DIR")"
+  echo "run directory: $RUN_DIR"
+}
+
+run_logged() {  # run_logged <log> <command...>: run with output to <log>; on failure show its tail
+  local log="$1" status=0
+  shift
+  echo "log: $log"
+  "$@" > "$log" 2>&1 || status=$?
+  if [ "$status" -ne 0 ]; then
+    tail -n 20 "$log" >&2
+    echo "error: exit status $status, see $log" >&2
+    exit "$status"
+  fi
+  echo "done: $log"
+}

@@ -1,0 +1,29 @@
+#!/bin/bash
+# Evaluates CHECKPOINT_PATH on the validation split on one GPU device: eval.py with CONFIG_PATH,
+# --device_target GPU --device_id DEVICE_ID and any further --key value overrides.
+#
+#   bash scripts/run_eval_gpu.sh [DEVICE_ID] [CONFIG_PATH] [CHECKPOINT_PATH] [--key value ...]
+#
+# Writes RUN_DIR/logs/eval.log (the console) and RUN_DIR/eval.json (the metrics);
+# RUN_DIR defaults to ./runs/eval_gpu-<date>-<time> (see scripts/launch_common.sh).
+set -euo pipefail
+
+usage() {
+  echo "Usage: bash $0 [DEVICE_ID] [CONFIG_PATH] [CHECKPOINT_PATH] [--key value ...]" >&2
+}
+if [ $# -lt 3 ]; then
+  usage
+  exit 1
+fi
+# shellcheck source=scripts/launch_common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/launch_common.sh"
+
+DEVICE_ID="$(non_negative_int "$1" DEVICE_ID)"
+CONFIG_PATH="$(existing_file "$2" CONFIG_PATH)"
+CHECKPOINT_PATH="$(existing_file "$3" CHECKPOINT_PATH)"
+shift 3
+make_run_dir eval_gpu
+run_logged "$RUN_DIR/logs/eval.log" \
+  "$PYTHON" "$ROOT/eval.py" --config "$CONFIG_PATH" --device_target GPU --device_id "$DEVICE_ID" \
+  --checkpoint "$CHECKPOINT_PATH" --output "$RUN_DIR/eval.json" "$@"
+cat "$RUN_DIR/logs/eval.log"

@@ -1,0 +1,27 @@
+#!/bin/bash
+# Trains on one Ascend device: train.py with CONFIG_PATH, --device_target Ascend --device_id DEVICE_ID
+# and any further --key value overrides.
+#
+#   bash scripts/run_standalone_train_ascend.sh [DEVICE_ID] [CONFIG_PATH] [--key value ...]
+#
+# Writes RUN_DIR/logs/train.log (the console) and RUN_DIR/output (train.py's run directory);
+# RUN_DIR defaults to ./runs/train_ascend-<date>-<time> (see scripts/launch_common.sh).
+set -euo pipefail
+
+usage() {
+  echo "Usage: bash $0 [DEVICE_ID] [CONFIG_PATH] [--key value ...]" >&2
+}
+if [ $# -lt 2 ]; then
+  usage
+  exit 1
+fi
+# shellcheck source=scripts/launch_common.sh
+source "$(dirname "${BASH_SOURCE[0]}")/launch_common.sh"
+
+DEVICE_ID="$(non_negative_int "$1" DEVICE_ID)"
+CONFIG_PATH="$(existing_file "$2" CONFIG_PATH)"
+shift 2
+make_run_dir train_ascend
+run_logged "$RUN_DIR/logs/train.log" \
+  "$PYTHON" "$ROOT/train.py" --config "$CONFIG_PATH" --device_target Ascend --device_id "$DEVICE_ID" \
+  --output_dir "$RUN_DIR/output" "$@"

@@ -1,0 +1,161 @@
+"""Launch scripts (standalone, hccl rank table, msrun, mpirun, evaluation): argument checks,
+shellcheck, and what the rank-table and mpirun launchers start (with stand-ins for the
+devices' processes). Real runs through the CPU and msrun scripts: tests/distributed/."""
+import os
+import shutil
+import stat
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCRIPTS = os.path.join(ROOT, "scripts")
+CONFIG = os.path.join(ROOT, "src", "configs", "dm_nfnet_nano_digits.yaml")
+
+# script -> (its required arguments as usage shows them, a valid set of them)
+LAUNCHERS = {
+    "run_standalone_train_ascend.sh": ("[DEVICE_ID] [CONFIG_PATH]", ["0", CONFIG]),
+    "run_standalone_train_gpu.sh": ("[DEVICE_ID] [CONFIG_PATH]", ["0", CONFIG]),
+    "run_standalone_train_cpu.sh": ("[CONFIG_PATH]", [CONFIG]),
+    "run_distribute_train_ascend.sh": ("[RANK_TABLE_FILE] [CONFIG_PATH]", ["RANK_TABLE", CONFIG]),
+    "run_distribute_train_msrun.sh": ("[WORKER_NUM] [CONFIG_PATH]", ["2", CONFIG]),
+    "run_distribute_train_gpu.sh": ("[DEVICE_NUM] [CONFIG_PATH]", ["2", CONFIG]),
+    "run_eval_ascend.sh": ("[DEVICE_ID] [CONFIG_PATH] [CHECKPOINT_PATH]", ["0", CONFIG, "CKPT"]),
+    "run_eval_gpu.sh": ("[DEVICE_ID] [CONFIG_PATH] [CHECKPOINT_PATH]", ["0", CONFIG, "CKPT"]),
+    "run_eval_cpu.sh": ("[CONFIG_PATH] [CHECKPOINT_PATH]", [CONFIG, "CKPT"]),
+}
+
+
+def bash(script, *args, cwd, env=None, timeout=60):
+    full_env = dict(os.environ, PYTHON=sys.executable)
+    full_env.pop("RUN_DIR", None)
+    full_env.update(env or {})
+    return subprocess.run(["bash", os.path.join(SCRIPTS, script), *map(str, args)], cwd=cwd, env=full_env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("script", sorted(LAUNCHERS))
+def test_too_few_arguments_print_usage_and_exit_1_without_writing(script, tmp_path):
+    shown, valid = LAUNCHERS[script]
+    for count in range(len(valid)):
+        result = bash(script, *valid[:count], cwd=tmp_path)
+        assert result.returncode == 1, (count, result.stderr)
+        assert f"Usage: bash {os.path.join(SCRIPTS, script)} {shown}" in result.stderr
+    assert os.listdir(tmp_path) == []
+
+
+def _bad_values(script, tmp_path):
+    """(arguments, expected message) pairs for the script's required arguments."""
+    shown, valid = LAUNCHERS[script]
+    names = shown.strip("[]").split("] [")
+    cases = []
+    for i, name in enumerate(names):
+        args = list(valid)
+        if name in ("DEVICE_ID",):
+            args[i] = "one"
+            cases.append((args, "DEVICE_ID must be a non-negative integer, got 'one'"))
+        elif name in ("WORKER_NUM", "DEVICE_NUM"):
+            args[i] = "0"
+            cases.append((args, f"{name} must be a positive integer, got '0'"))
+        else:
+            args[i] = str(tmp_path / "missing")
+            cases.append((args, f"{name} not found: {tmp_path / 'missing'}"))
+    return cases
+
+
+@pytest.mark.parametrize("script", sorted(LAUNCHERS))
+def test_bad_argument_values_name_the_argument_print_usage_and_exit_1(script, tmp_path):
+    ckpt = tmp_path / "net.ckpt"
+    ckpt.write_bytes(b"x")
+    table = tmp_path / "rank_table.json"
+    table.write_text("{}")
+    for args, message in _bad_values(script, tmp_path):
+        args = [str(ckpt) if a == "CKPT" else str(table) if a == "RANK_TABLE" else a for a in args]
+        result = bash(script, *args, cwd=tmp_path)
+        assert result.returncode == 1, (args, result.stderr)
+        assert f"error: {message}" in result.stderr and "Usage: bash" in result.stderr, (args, result.stderr)
+    assert sorted(os.listdir(tmp_path)) == ["net.ckpt", "rank_table.json"]
+
+
+def test_msrun_refuses_more_local_workers_than_workers(tmp_path):
+    result = bash("run_distribute_train_msrun.sh", "2", CONFIG, cwd=tmp_path, env={"LOCAL_WORKER_NUM": "3"})
+    assert result.returncode == 1 and "LOCAL_WORKER_NUM 3 exceeds WORKER_NUM 2" in result.stderr
+
+
+def test_rank_table_that_is_not_one_is_refused(tmp_path):
+    table = tmp_path / "rank_table.json"
+    table.write_text('{"server_list": []}')
+    result = bash("run_distribute_train_ascend.sh", table, CONFIG, cwd=tmp_path)
+    assert result.returncode == 1
+    assert f"RANK_TABLE_FILE {table} is not an hccl rank table with server 0" in result.stderr
+
+
+def _recording_python(tmp_path):
+    """A PYTHON stand-in: runs inline code (`python - ...`) for real, records any other start."""
+    record = tmp_path / "starts"
+    record.mkdir()
+    stub = tmp_path / "python"
+    stub.write_text(f"""#!/bin/bash
+if [ "$1" = - ]; then exec {sys.executable} "$@"; fi
+echo "RANK_SIZE=${{RANK_SIZE:-}} RANK_ID=${{RANK_ID:-}} DEVICE_ID=${{DEVICE_ID:-}} \
+RANK_TABLE_FILE=${{RANK_TABLE_FILE:-}} CORES=$(taskset -pc $$ | sed 's/.*: //') ARGS=$*" \
+  > {record}/rank_${{RANK_ID:-x}}
+""")
+    stub.chmod(stub.stat().st_mode | stat.S_IEXEC)
+    return str(stub), record
+
+
+@pytest.mark.skipif(shutil.which("taskset") is None, reason="needs taskset (util-linux)")
+def test_rank_table_launcher_starts_one_process_per_device_of_this_server(tmp_path):
+    import json
+
+    devices = [[{"device_id": "4", "rank_id": "0"}, {"device_id": "6", "rank_id": "1"}],
+               [{"device_id": "0", "rank_id": "2"}, {"device_id": "1", "rank_id": "3"}]]
+    table = tmp_path / "hccl_4p.json"
+    table.write_text(json.dumps({"version": "1.0", "server_count": "2", "status": "completed",
+                                 "server_list": [{"server_id": f"10.0.0.{i}", "device": d}
+                                                 for i, d in enumerate(devices)]}))
+    stub, record = _recording_python(tmp_path)
+    run_dir = tmp_path / "run"
+    result = bash("run_distribute_train_ascend.sh", table, CONFIG, "--epochs", "3", cwd=tmp_path,
+                  env={"PYTHON": stub, "SERVER_ID": "1", "RUN_DIR": str(run_dir)})
+    assert result.returncode == 0, result.stderr
+    starts = {name: (record / name).read_text() for name in sorted(os.listdir(record))}
+    assert sorted(starts) == ["rank_2", "rank_3"]
+    for rank, device in ((2, 0), (3, 1)):
+        line = starts[f"rank_{rank}"]
+        assert f"RANK_SIZE=4 RANK_ID={rank} DEVICE_ID={device} RANK_TABLE_FILE={table} " in line
+        assert (f"ARGS={ROOT}/train.py --config {CONFIG} --device_target Ascend --device_id {device} "
+                f"--output_dir {run_dir}/output --epochs 3") in line
+    cores = os.cpu_count()
+    if cores >= 2:  # each process gets its own slice of the cores
+        per = cores // 2
+        assert "CORES=" + (f"0-{per - 1}" if per > 1 else "0") in starts["rank_2"]
+    assert sorted(os.listdir(run_dir / "logs")) == ["train_rank2.log", "train_rank3.log"]
+
+
+def test_mpirun_launcher_passes_the_processes_and_the_hostfile(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "mpirun"
+    fake.write_text(f"#!/bin/bash\necho \"$*\" > {tmp_path}/mpirun_args\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("node1 slots=8\n")
+    run_dir = tmp_path / "run"
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "HOSTFILE": str(hostfile), "RUN_DIR": str(run_dir)}
+    result = bash("run_distribute_train_gpu.sh", "8", CONFIG, "--epochs", "3", cwd=tmp_path, env=env)
+    assert result.returncode == 0, result.stderr
+    args = (tmp_path / "mpirun_args").read_text().split()
+    assert args[:5] == ["-n", "8", "--allow-run-as-root", "--hostfile", str(hostfile)]
+    assert args[-10:] == [sys.executable, f"{ROOT}/train.py", "--config", CONFIG, "--device_target", "GPU",
+                          "--output_dir", f"{run_dir}/output", "--epochs", "3"]
+
+
+def test_shellcheck_passes_on_the_launch_scripts():
+    if shutil.which("shellcheck") is None:
+        pytest.skip("shellcheck is not installed (Debian package 'shellcheck'; `make test` installs it)")
+    scripts = [os.path.join("scripts", s) for s in sorted(LAUNCHERS)] + ["scripts/launch_common.sh"]
+    result = subprocess.run(["shellcheck", "-x", *scripts], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
