@@ -47,7 +47,7 @@ if [ -n "${NODE_RANK:-}" ]; then
   NODE_ARGS=(--node_rank "$(non_negative_int "$NODE_RANK" NODE_RANK)")
 fi
 make_run_dir "$(basename "$ENTRY_SCRIPT" .py)_msrun_${WORKER_NUM}p"
-mkdir -p "$RUN_DIR/output"
+fresh_output_dir
 
 # msrun starts each worker as `python <script>`, the first `python` on PATH: make it $PYTHON
 mkdir -p "$RUN_DIR/logs/bin"
@@ -59,4 +59,4 @@ run_logged "$RUN_DIR/logs/msrun.log" \
   --worker_num "$WORKER_NUM" --local_worker_num "$LOCAL_WORKER_NUM" \
   --master_addr "${MASTER_ADDR:-127.0.0.1}" --master_port "$MASTER_PORT" "${NODE_ARGS[@]}" \
   --cluster_time_out "$CLUSTER_TIMEOUT" --log_dir "$RUN_DIR/logs/msrun" --join True \
-  "$ENTRY_SCRIPT" --config "$CONFIG_PATH" --output_dir "$RUN_DIR/output" "$@"
+  "$ENTRY_SCRIPT" --config "$CONFIG_PATH" --output_dir "$RUN_DIR/output" "${FRESH_ARGS[@]}" "$@"
