@@ -48,6 +48,7 @@ import numpy as np
 import mindspore.dataset as ds
 
 from .folder import DatasetError, IMG_EXTENSIONS, check_dataset_layout, scan_image_folder  # noqa: F401 (re-export)
+from .to_mindrecord import is_mindrecord_split, mindrecord_files
 from .transforms import UnreadableImageError, load_image
 
 _logger = logging.getLogger(__name__)
@@ -290,7 +291,8 @@ def create_dataset(data_path, split, is_training, batch_size, transform, num_par
     """Batched mindspore.dataset pipeline over ``data_path/split`` (columns: see the module docstring).
 
     Args:
-        data_path: dataset root holding ``split/<class>/<image>``.
+        data_path: dataset root holding ``split/<class>/<image>``, or a directory of MindRecord files
+            written by src.data.to_mindrecord (``<split>.mindrecord*``: read with the same transforms).
         split: split folder name, e.g. 'train' or 'val'.
         is_training: training pipeline (shuffled, drops the last partial batch, optional mixup)
             or evaluation pipeline (file order, never drops or repeats an image, ``valid`` column).
@@ -315,9 +317,17 @@ def create_dataset(data_path, split, is_training, batch_size, transform, num_par
         raise ValueError(f"shard_id {shard_id} is not in [0, {num_shards})")
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    if not is_training and drop_remainder:
+        raise ValueError("evaluation never drops images: drop_remainder must be False/None")
+    if not is_training and mixup is not None:
+        raise ValueError("mixup applies to training only")
+    workers = max(1, int(num_parallel_workers))
+    if is_mindrecord_split(data_path, split):
+        return _create_mindrecord_dataset(mindrecord_files(data_path, split), is_training, batch_size, transform,
+                                          workers, shuffle, num_shards, shard_id, drop_remainder, mixup, seed,
+                                          start_epoch, python_multiprocessing)
     split_dir = os.path.join(data_path, split)
     samples, _ = scan_image_folder(split_dir)
-    workers = max(1, int(num_parallel_workers))
 
     def load_in_workers(source, columns, **sampling):
         keys = ds.GeneratorDataset(_Keys(len(source)), ["key"], **sampling)
@@ -325,10 +335,6 @@ def create_dataset(data_path, split, is_training, batch_size, transform, num_par
                         python_multiprocessing=python_multiprocessing and workers > 1)
 
     if not is_training:
-        if drop_remainder:
-            raise ValueError("evaluation never drops images: drop_remainder must be False/None")
-        if mixup is not None:
-            raise ValueError("mixup applies to training only")
         source = EvalSource(samples, transform, num_shards, shard_id, strict_data, bad_file_log)
         dataset = load_in_workers(source, ["image", "label", "valid"], shuffle=False)
         return dataset.batch(batch_size, drop_remainder=False)
@@ -343,6 +349,64 @@ def create_dataset(data_path, split, is_training, batch_size, transform, num_par
     if mixup is None:
         return dataset.batch(batch_size, drop_remainder=drop_remainder)
     # one batch worker: the per-batch seeding of the global random state must not interleave
+    return dataset.batch(batch_size, drop_remainder=drop_remainder, num_parallel_workers=1,
+                         input_columns=["image", "label"], output_columns=["image", "label"],
+                         per_batch_map=MixupBatch(mixup, seed, start_epoch))
+
+
+class MindRecordDecode:
+    """``map`` of a MindRecord split: (encoded bytes, label, index) -> transformed image, label[, valid].
+
+    ``index`` is the row's position in the converted folder (-1 for evaluation padding rows,
+    which get valid = 0). Training augmentations draw from the worker's random state (the
+    shuffle is MindDataset's, seeded by mindspore.dataset's seed), not per (seed, epoch, index).
+    """
+
+    def __init__(self, transform, with_valid):
+        self.transform = transform
+        self.with_valid = with_valid
+
+    def __call__(self, image, label, index):
+        import io
+
+        try:
+            decoded = load_image(io.BytesIO(np.asarray(image).tobytes()))
+        except UnreadableImageError as err:
+            raise DatasetError(f"unreadable image in MindRecord row {int(index)}: {err}") from err
+        out = (self.transform(decoded), np.int32(label))
+        return out + (np.int32(int(index) >= 0),) if self.with_valid else out
+
+
+def _create_mindrecord_dataset(files, is_training, batch_size, transform, workers, shuffle, num_shards, shard_id,
+                               drop_remainder, mixup, seed, start_epoch, python_multiprocessing):
+    """create_dataset over MindRecord files (see src/data/to_mindrecord.py): same columns, same sharding contract."""
+    columns = ["image", "label", "index"]
+    total = ds.MindDataset(files, columns_list=columns, shuffle=False).get_dataset_size()
+    sharding = dict(num_shards=num_shards, shard_id=shard_id) if num_shards > 1 else {}
+    multiprocessing = python_multiprocessing and workers > 1
+    if not is_training:
+        padding = (-total) % num_shards
+        if padding:
+            first = next(ds.MindDataset(files, columns_list=columns, shuffle=False).create_dict_iterator(
+                num_epochs=1, output_numpy=True))
+            sharding.update(padded_sample={"image": first["image"].tobytes(), "label": 0, "index": -1},
+                            num_padded=padding)
+        dataset = ds.MindDataset(files, columns_list=columns, shuffle=False, **sharding)
+        dataset = dataset.map(MindRecordDecode(transform, with_valid=True), input_columns=columns,
+                              output_columns=["image", "label", "valid"], num_parallel_workers=workers,
+                              python_multiprocessing=multiprocessing)
+        return dataset.batch(batch_size, drop_remainder=False)
+    shuffle = True if shuffle is None else shuffle
+    drop_remainder = True if drop_remainder is None else drop_remainder
+    if drop_remainder and math.ceil(total / num_shards) < batch_size:
+        raise DatasetError(f"{files[0]}: {math.ceil(total / num_shards)} images per shard, fewer than one batch "
+                           f"of {batch_size}")
+    dataset = ds.MindDataset(files, columns_list=columns, shuffle=shuffle, **sharding)
+    dataset = dataset.map(MindRecordDecode(transform, with_valid=False), input_columns=columns,
+                          output_columns=["image", "label"], num_parallel_workers=workers,
+                          python_multiprocessing=multiprocessing)
+    if mixup is None:
+        return dataset.batch(batch_size, drop_remainder=drop_remainder)
     return dataset.batch(batch_size, drop_remainder=drop_remainder, num_parallel_workers=1,
                          input_columns=["image", "label"], output_columns=["image", "label"],
                          per_batch_map=MixupBatch(mixup, seed, start_epoch))
