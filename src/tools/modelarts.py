@@ -1,0 +1,65 @@
+"""ModelArts: the dataset copied in from OBS (data_url) before a run, the run directory out to train_url after.
+
+Used only when ``enable_modelarts`` is set; ``moxing`` (shipped in ModelArts images) is imported
+then and only then:
+
+    with modelarts_io(cfg.enable_modelarts, cfg.data_url, cfg.train_url, output_dir,
+                      is_copier=local_rank == 0) as local_data:
+        cfg.data_path = local_data or cfg.data_path
+        ... train ...
+
+On a node with several processes one of them (``is_copier``) copies the data and leaves a
+marker file; the others wait for it. The results are copied out by rank 0 (``is_main``) when
+the block ends, also when it ends with an error, so a failed run's logs reach OBS too.
+"""
+import os
+import time
+from contextlib import contextmanager
+
+from src.config import UserError
+
+LOCAL_DATA = "/cache/data"
+_COPIED_MARK = ".modelarts_copied"
+
+
+def import_moxing():
+    """The ``moxing`` module, or a one-line UserError when it is not installed."""
+    try:
+        import moxing  # noqa: PLC0415 (imported only on ModelArts)
+    except ImportError as exc:
+        raise UserError("enable_modelarts is set but the 'moxing' package is not installed (it ships with "
+                        "ModelArts images): run on ModelArts or set enable_modelarts false") from exc
+    return moxing
+
+
+def copy_data_in(mox, data_url, local_dir=LOCAL_DATA, is_copier=True, timeout=3600, poll=5.0):
+    """Copy ``data_url`` to ``local_dir`` (is_copier) or wait until the copier has; returns local_dir."""
+    mark = os.path.join(local_dir, _COPIED_MARK)
+    if is_copier:
+        os.makedirs(local_dir, exist_ok=True)
+        mox.file.copy_parallel(data_url, local_dir)
+        with open(mark, "w", encoding="utf-8") as f:
+            f.write(data_url + "\n")
+        return local_dir
+    deadline = time.time() + timeout
+    while not os.path.exists(mark):
+        if time.time() > deadline:
+            raise UserError(f"ModelArts: {data_url} was not copied to {local_dir} within {timeout} s")
+        time.sleep(poll)
+    return local_dir
+
+
+@contextmanager
+def modelarts_io(enable, data_url, train_url, output_dir, local_dir=LOCAL_DATA, is_copier=True, is_main=True,
+                 timeout=3600):
+    """Yield the local data directory (None when ``enable`` is false: nothing is imported or copied)."""
+    if not enable:
+        yield None
+        return
+    mox = import_moxing()
+    local = copy_data_in(mox, data_url, local_dir, is_copier=is_copier, timeout=timeout)
+    try:
+        yield local
+    finally:
+        if is_main:
+            mox.file.copy_parallel(output_dir, train_url)
