@@ -4,9 +4,11 @@ import sys
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
+TESTS = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(TESTS)
+for path in (ROOT, os.path.join(TESTS, "models")):  # the repository, and timm_reference.py
+    if path not in sys.path:
+        sys.path.insert(0, path)
 
 
 @pytest.fixture(autouse=True, scope="session")

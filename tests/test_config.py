@@ -118,9 +118,9 @@ def test_cli_overrides_of_every_type_take_effect():
 
 
 def test_cli_bool_flag_alone_means_true_and_lists_may_omit_brackets():
-    _, cfg = parse_cli(["--config", DEMO_YAML, "--strict_data", "--lr_milestones", "10,20",
+    _, cfg = parse_cli(["--config", DEMO_YAML, "--strict_data", "--lr_milestones", "5,10",
                         "--lr_scheduler", "multistep"])
-    assert cfg.strict_data is True and cfg.lr_milestones == [10, 20]
+    assert cfg.strict_data is True and cfg.lr_milestones == [5, 10]
 
 
 def test_enumeration_values_are_matched_case_insensitively():
@@ -259,7 +259,7 @@ def test_config_is_read_only_and_replace_revalidates():
         cfg.base_lr = 1.0
     cfg.depths.append(9)  # attribute lists are copies
     assert cfg.depths == [1, 1, 1, 1]
-    assert cfg.replace(base_lr=0.4).base_lr == 0.4 and cfg.base_lr == 0.1
+    assert cfg.replace(base_lr=0.25).base_lr == 0.25 and cfg.base_lr == 0.4
     assert "base_lr" in error_of(cfg.replace, base_lr=-1)
     with pytest.raises(AttributeError, match="base_lr"):
         cfg.base_lrr  # noqa: B018

@@ -7,6 +7,8 @@ import os
 
 from src.config import UserError
 
+from .to_mindrecord import is_mindrecord_split, read_classes
+
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 
 
@@ -82,8 +84,12 @@ def check_dataset_layout(data_path, train_split="train", val_split="val", num_cl
         raise DatasetError(f"dataset path not found: {data_path}")
     found = {}
     for split in (train_split, val_split):
-        if split is not None:
-            split_dir = os.path.join(data_path, split)
+        if split is None:
+            continue
+        split_dir = os.path.join(data_path, split)
+        if is_mindrecord_split(data_path, split):  # converted by src.data.to_mindrecord
+            found[split_dir] = read_classes(data_path, split)
+        else:
             found[split_dir] = scan_image_folder(split_dir)[1]
     if not found:
         raise DatasetError("check_dataset_layout needs at least one split")

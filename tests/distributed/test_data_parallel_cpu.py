@@ -109,9 +109,6 @@ def test_two_ranks_end_identical_and_equal_to_one_process_with_the_global_batch(
     assert max(float(np.abs(rank0[k] - one[k]).max()) for k in rank0) < 2e-6
 
 
-@pytest.mark.xfail(strict=True, reason="src/trainers/evaluate.py all-reduces int32 counts, and MindSpore 2.10's "
-                   "CPU AllReduce takes float32/float16 only ('Select CPU operator[AllReduce] fail! Unsupported "
-                   "data type!'); passes with the counts all-reduced as float32")
 @pytest.mark.timeout(900)
 def test_two_shard_evaluation_counts_the_whole_val_split_like_one_process(two_rank_run, tiny_digits, tmp_path):
     checkpoint = two_rank_run / "output" / FINAL

@@ -16,11 +16,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def _nano_state_dict():
-    sys.path.insert(0, os.path.join(ROOT, "tests", "models"))
-    try:
-        from conftest import randomize_, timm_nano  # tests/models/conftest.py
-    finally:
-        sys.path.pop(0)
+    from timm_reference import randomize_, timm_nano  # tests/models/timm_reference.py
+
     return {k: v.contiguous() for k, v in randomize_(timm_nano(), seed=3).state_dict().items()}
 
 
