@@ -13,8 +13,7 @@ are interchangeable with Model.train's.
 import mindspore
 from mindspore.train import RunContext
 
-from .amp import prepare_amp
-from .train_step import TrainStep, build_gradient_update
+from .train_step import create_train_step
 
 __all__ = ["FunctionalTrainer"]
 
@@ -50,14 +49,15 @@ class FunctionalTrainer:
     def __init__(self, network, loss_fn, optimizer, *, amp_level="O0", loss_scale=1.0,
                  dynamic_loss_scale=False, loss_scale_factor=2.0, loss_scale_window=1000,
                  accumulation_step=1, ema=None, device_target="CPU", jit=True):
-        network = prepare_amp(network, amp_level, device_target)
-        update = build_gradient_update(network, optimizer, loss_scale=loss_scale,
-                                       dynamic_loss_scale=dynamic_loss_scale,
-                                       loss_scale_factor=loss_scale_factor,
-                                       loss_scale_window=loss_scale_window,
-                                       accumulation_step=accumulation_step, ema=ema)
-        self.network = network
-        self.train_cell = TrainStep(network, loss_fn, update)
+        # the same cell Model.train runs: its network, loss, update and state are shared
+        self.train_cell = create_train_step(network, loss_fn, optimizer, amp_level=amp_level,
+                                            loss_scale=loss_scale, dynamic_loss_scale=dynamic_loss_scale,
+                                            loss_scale_factor=loss_scale_factor,
+                                            loss_scale_window=loss_scale_window,
+                                            accumulation_step=accumulation_step, ema=ema,
+                                            device_target=device_target)
+        network = self.network = self.train_cell.network
+        update = self.train_cell.update
         scaler = update.scaler
 
         def forward(images, targets):
