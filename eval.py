@@ -41,8 +41,11 @@ def main(argv=None):
         print(f"{checkpoint} holds no EMA weights: evaluating its weights")
     network = build_network(cfg, checkpoint_path=checkpoint, checkpoint_prefix="ema." if use_ema else "",
                             finetune=False)
+    from src.data.dataset import reported_data_errors
+
     dataset = build_eval_dataset(cfg, ctx)
-    metrics = evaluate(network, dataset, loss_fn=create_loss(reduction="none"), distributed=ctx.distributed)
+    with reported_data_errors():
+        metrics = evaluate(network, dataset, loss_fn=create_loss(reduction="none"), distributed=ctx.distributed)
     result = {"arch": cfg.arch, "checkpoint": os.path.abspath(checkpoint), "weights": "ema" if use_ema else "raw",
               "data": os.path.abspath(os.path.join(cfg.data_path, cfg.val_split)),
               **{k: _plain(v) for k, v in metrics.items()}}

@@ -64,8 +64,11 @@ def main(argv=None):
     eval_fn = builders.build_eval_fn(cfg, ctx, train_cell, network, val_ds) if val_ds is not None else None
     callbacks = builders.build_callbacks(cfg, ctx, log, output_dir, manager, train_cell, eval_fn, micro_steps,
                                          lr_schedule, resumed=bool(resume_path))
+    from src.data.dataset import reported_data_errors
+
     start = time.time()
-    run(train_ds, callbacks, start_epoch)
+    with reported_data_errors():
+        run(train_ds, callbacks, start_epoch)
     log(f"training finished in {(time.time() - start) / 60:.1f} min; steps skipped for non-finite values: "
         f"{int(train_cell.overflow_count.asnumpy())}")
     if manager.best_top1 is not None:

@@ -103,3 +103,24 @@ def test_kill_after_epoch_one_then_resume_auto_equals_the_uninterrupted_run(tiny
     assert [int(r["epoch"]) for r in read_metrics(resumed)][-1] == 2
     with open(os.path.join(resumed, "train.log")) as f:
         assert "resumed from" in f.read()
+
+
+@pytest.mark.timeout(600)
+def test_strict_data_stops_eval_with_one_line_naming_the_unreadable_file(tiny_digits, tmp_path):
+    import mindspore as ms
+
+    from src.models import create_model
+
+    data = tmp_path / "data"
+    shutil.copytree(tiny_digits, data)
+    bad = data / "val" / "3" / "broken.png"
+    bad.write_bytes(b"\x89PNG\r\n\x1a\n truncated")
+    ckpt = str(tmp_path / "nano.ckpt")
+    ms.save_checkpoint(create_model("dm_nfnet_nano", num_classes=10), ckpt)
+    result = subprocess.run([sys.executable, "eval.py", "--config", CONFIG, "--data_path", str(data),
+                             "--checkpoint", ckpt, "--strict_data", "true", "--num_parallel_workers", "1"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 2, result.stderr[-2000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and str(bad) in errors[0], result.stderr[-2000:]
+    assert "Traceback" not in result.stderr

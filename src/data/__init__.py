@@ -20,6 +20,7 @@ _EXPORTS = {
     "create_mixup": "dataset",
     "read_bad_file_log": "dataset",
     "pipeline_data_error": "dataset",
+    "reported_data_errors": "dataset",
     "materialize_digits": "digits",
 }
 

@@ -37,6 +37,7 @@ RuntimeError; ``pipeline_data_error`` recovers the one-line message). Otherwise 
 process can count them: ``read_bad_file_log``); a training sample is replaced by the
 next readable one in file order, an evaluation row is kept with ``valid = 0``.
 """
+import contextlib
 import logging
 import math
 import os
@@ -109,6 +110,19 @@ def read_bad_file_log(path):
 
 
 _WRAPPED_DATA_ERROR = re.compile(r"\b(?:UnreadableImageError|DatasetError): (?!Traceback)(.+)")
+
+
+@contextlib.contextmanager
+def reported_data_errors():
+    """Within the block, an unreadable image raised from the pipeline (strict_data) becomes a
+    one-line DatasetError naming the file, which the entry points print without a traceback."""
+    try:
+        yield
+    except RuntimeError as exc:
+        message = pipeline_data_error(exc)
+        if message is None:
+            raise
+        raise DatasetError(message) from None
 
 
 def pipeline_data_error(exc):

@@ -1,5 +1,4 @@
 """A run's log: lines to stdout and appended to a file (never truncated, so resumed runs add to it)."""
-import sys
 import time
 
 
@@ -17,14 +16,8 @@ class RunLogger:
         if self._file is not None:
             self._file.write(line + "\n")
 
-    def warning(self, message):
-        self(f"WARNING {message}")
-
     def close(self):
         if self._file is not None:
             self._file.close()
             self._file = None
 
-
-def stderr_line(message):
-    print(message, file=sys.stderr, flush=True)
