@@ -8,6 +8,7 @@ outputs (<result_path>/<name>_0.bin, float32 logits) and the same timing file
         [--result_path result_Files] [--time_path time_Result] [--device_target CPU]
 """
 import argparse
+import math
 import os
 import sys
 import time
@@ -59,6 +60,10 @@ def run_inference(mindir_path, input_path, result_path, time_path=None, device_t
             raise DeployError(f"{exc}; the MINDIR takes input {tuple(shape)}: preprocess with "
                               f"--batch_size {shape[0]} at test_input_size {shape[-1]}") from None
 
+    expected_bytes = 4 * math.prod(shape)  # float32
+    for name in names:  # every input is checked before the first one runs: no half-written results
+        if os.path.getsize(os.path.join(input_path, name + ".bin")) != expected_bytes:
+            load(name)  # raises the error naming the file
     network(load(names[0]))  # warm-up: compiles the graph
     elapsed = 0.0
     bar = ProgressBar(len(names), "infer") if progress else None

@@ -10,7 +10,7 @@ import mindspore as ms
 import numpy as np
 import pytest
 
-from deploy_helpers import DIGITS_CONFIG, NUM_CLASSES, ROOT, make_network, run_python
+from deploy_helpers import DIGITS_CONFIG, NUM_CLASSES, ROOT, error_lines, make_network, run_python
 from src.config import UserError
 from src.data.folder import scan_image_folder
 from src.data.transforms import create_eval_transform, load_image
@@ -91,3 +91,21 @@ def test_inputs_of_another_shape_are_rejected_with_the_fix(tmp_path, nano_mindir
 def test_missing_inputs_are_an_error(tmp_path, nano_mindir):
     with pytest.raises(UserError, match="folder not found"):
         run_inference(nano_mindir, str(tmp_path / "nothing"), str(tmp_path / "result_Files"), progress=False)
+
+
+@pytest.mark.timeout(300)
+def test_a_truncated_input_stops_the_runner_before_any_result_is_written(tmp_path, nano_mindir, image_folder):
+    """Provokes: one .bin cut short among good ones. The runner exits 2 with one line naming it, having
+    written no result (every input is checked before the first runs)."""
+    preprocess_script.main(["--config", DIGITS_CONFIG, "--data_path", image_folder, "--output_path",
+                            str(tmp_path / "pre")])
+    images = tmp_path / "pre" / "images"
+    victim = images / sorted(os.listdir(images))[5]
+    victim.write_bytes(victim.read_bytes()[:1000])
+    result = run_python(["-m", "src.deploy.infer_cpu", "--mindir_path", nano_mindir, "--input_path", str(images),
+                         "--result_path", str(tmp_path / "result_Files"), "--time_path", str(tmp_path / "time")])
+    assert result.returncode == 2
+    assert error_lines(result.stderr) == [
+        f"error: {victim}: holds 250 float32 values, expected 12288 for shape (1, 3, 64, 64) (49152 bytes); "
+        "the MINDIR takes input (1, 3, 64, 64): preprocess with --batch_size 1 at test_input_size 64"]
+    assert os.listdir(tmp_path / "result_Files") == []
