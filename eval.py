@@ -5,6 +5,8 @@
 The seed's --pretrained <ckpt> is accepted in place of --checkpoint. With use_ema (the
 default) a training checkpoint is scored with its EMA weights, as evaluation during
 training does; a weights-only checkpoint (e.g. converted from timm) with its weights.
+With enable_modelarts, data_url is copied to data_path first and the metrics file goes to
+train_url at the end (src/tools/modelarts.py).
 """
 import json
 import os
@@ -25,24 +27,46 @@ def main(argv=None):
         raise UserError("no checkpoint to evaluate: give --checkpoint PATH")
     if not os.path.isfile(checkpoint):
         raise UserError(f"checkpoint not found: {checkpoint}")
+    if cfg.enable_modelarts:  # the data arrives with the copy, after init; settings checked now
+        from src.tools.modelarts import check_settings
+
+        check_settings(cfg.data_url, cfg.train_url)
+    else:
+        check_layout(cfg)  # before the heavy imports
+
+    from src.tools.context import init_context
+    from src.tools.modelarts import modelarts_io
+
+    ctx = init_context(cfg.device_target, cfg.device_id, cfg.mode, cfg.seed, cfg.deterministic, cfg.distribute)
+    output = args.output or os.path.join(os.path.dirname(os.path.abspath(checkpoint)),
+                                         f"eval_{os.path.splitext(os.path.basename(checkpoint))[0]}.json")
+    with modelarts_io(cfg.enable_modelarts, cfg.data_url, cfg.train_url, output, local_dir=cfg.data_path,
+                      is_copier=ctx.local_rank == 0, is_main=ctx.is_main):
+        if cfg.enable_modelarts:
+            check_layout(cfg)
+        evaluate_checkpoint(cfg, ctx, checkpoint, output)
+    return 0
+
+
+def check_layout(cfg):
     from src.data.folder import check_dataset_layout
 
     check_dataset_layout(cfg.data_path, None, cfg.val_split, num_classes=cfg.num_classes)
 
+
+def evaluate_checkpoint(cfg, ctx, checkpoint, output):
+    """Score `checkpoint` on the val split (sharded by rank); rank 0 prints and writes the metrics to `output`."""
     from src.builders import build_eval_dataset, build_network
+    from src.data.dataset import reported_data_errors
     from src.models import checkpoint_has_prefix
-    from src.tools.context import init_context
     from src.tools.criterion import create_loss
     from src.trainers import evaluate
 
-    ctx = init_context(cfg.device_target, cfg.device_id, cfg.mode, cfg.seed, cfg.deterministic, cfg.distribute)
     use_ema = cfg.use_ema and checkpoint_has_prefix(checkpoint, "ema.")
     if cfg.use_ema and not use_ema and ctx.is_main:
         print(f"{checkpoint} holds no EMA weights: evaluating its weights")
     network = build_network(cfg, checkpoint_path=checkpoint, checkpoint_prefix="ema." if use_ema else "",
                             finetune=False)
-    from src.data.dataset import reported_data_errors
-
     dataset = build_eval_dataset(cfg, ctx)
     with reported_data_errors():
         metrics = evaluate(network, dataset, loss_fn=create_loss(reduction="none"), distributed=ctx.distributed)
@@ -53,13 +77,10 @@ def main(argv=None):
         loss = f", loss {result['loss']:.4f}" if result.get("loss") is not None else ""
         print(f"top1 {result['top1']:.4f}, top5 {result['top5']:.4f}{loss} "
               f"on {result['count']} images ({result['weights']} weights of {checkpoint})")
-        output = args.output or os.path.join(os.path.dirname(os.path.abspath(checkpoint)),
-                                             f"eval_{os.path.splitext(os.path.basename(checkpoint))[0]}.json")
         with open(output, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=2)
             f.write("\n")
         print(f"wrote {output}")
-    return 0
 
 
 def _plain(value):

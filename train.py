@@ -4,7 +4,10 @@
 
 Every setting comes from the YAML and can be overridden as --key value (see src/config.py).
 The run directory (output_dir) receives config.yaml, train.log, checkpoints (the last
-keep_checkpoint_max epochs and <arch>_best.ckpt), metrics.csv and curves.png.
+keep_checkpoint_max epochs and <arch>_best.ckpt), metrics.csv and curves.png. In a
+distributed run rank 0 alone decides on it and writes these; rank r logs to train_rank<r>.log.
+With enable_modelarts, data_url is copied to data_path first and the run directory goes to
+train_url at the end (src/tools/modelarts.py).
 """
 import os
 import time
@@ -14,21 +17,42 @@ from src.config import UserError, parse_cli, run_cli, save_config
 
 def main(argv=None):
     _, cfg = parse_cli(argv, description="Train an NFNet (YAML config, --key value overrides).")
+    if cfg.enable_modelarts:  # the data arrives with the copy, after init; settings checked now
+        from src.tools.modelarts import check_settings
+
+        check_settings(cfg.data_url, cfg.train_url)
+    else:
+        check_layout(cfg)  # before the heavy imports: a wrong path costs no graph build
+
+    from src.tools.checkpointing import prepare_output_dir
+    from src.tools.context import init_context
+    from src.tools.modelarts import modelarts_io
+
+    ctx = init_context(cfg.device_target, cfg.device_id, cfg.mode, cfg.seed, cfg.deterministic, cfg.distribute)
+    output_dir = prepare_output_dir(cfg.output_dir, overwrite=cfg.overwrite_output, resume=cfg.resume is not None,
+                                    is_main=ctx.is_main, share=ctx.from_main)
+    with modelarts_io(cfg.enable_modelarts, cfg.data_url, cfg.train_url, output_dir, local_dir=cfg.data_path,
+                      is_copier=ctx.local_rank == 0, is_main=ctx.is_main):
+        if cfg.enable_modelarts:
+            check_layout(cfg)
+        return train(cfg, ctx, output_dir)
+
+
+def check_layout(cfg):
     from src.data.folder import check_dataset_layout
 
     check_dataset_layout(cfg.data_path, cfg.train_split, cfg.val_split if cfg.eval_while_train else None,
                          num_classes=cfg.num_classes)
 
+
+def train(cfg, ctx, output_dir):
+    """Train in output_dir (decided by rank 0, shared by every rank); returns the exit status."""
     from src import builders
     from src.tools.checkpointing import (CheckpointManager, find_latest_checkpoint, load_training_state,
-                                         prepare_output_dir, read_checkpoint_meta)
-    from src.tools.context import init_context
+                                         read_checkpoint_meta)
     from src.tools.criterion import create_loss
     from src.tools.logger import RunLogger
 
-    ctx = init_context(cfg.device_target, cfg.device_id, cfg.mode, cfg.seed, cfg.deterministic, cfg.distribute)
-    output_dir = prepare_output_dir(cfg.output_dir, overwrite=cfg.overwrite_output, resume=cfg.resume is not None,
-                                    is_main=ctx.is_main)
     log = RunLogger(os.path.join(output_dir, "train.log" if ctx.is_main else f"train_rank{ctx.rank}.log"),
                     rank=ctx.rank)
     resume_path = find_latest_checkpoint(output_dir, log_fn=log) if cfg.resume == "auto" else cfg.resume

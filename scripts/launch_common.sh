@@ -4,9 +4,11 @@
 # resolves ROOT and PYTHON and offers checks that print the usage and exit 1 on a bad argument.
 #
 #   RUN_DIR  run directory (default: ./runs/<kind>-<date>-<time>): logs/ holds the launcher's
-#            logs, output/ is train.py's output_dir (checkpoints, train.log, metrics, curves)
+#            logs, output/ is train.py's output_dir (checkpoints, train.log, metrics, curves).
+#            train.py's rank 0 decides on it for every rank: an output/ left by an earlier run
+#            with the same RUN_DIR is continued with --resume auto, else output-1/ is used
 #   PYTHON   interpreter (default: the repository's .venv, else python3)
-# shellcheck disable=SC2034  # ROOT, PYTHON, RUN_DIR and FRESH_ARGS are used by the scripts that source this file
+# shellcheck disable=SC2034  # ROOT, PYTHON and RUN_DIR are used by the scripts that source this file
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 if [ -z "${PYTHON:-}" ]; then
@@ -39,18 +41,6 @@ make_run_dir() {  # make_run_dir <kind>: sets RUN_DIR (absolute) and creates RUN
   mkdir -p "$RUN_DIR/logs"
   RUN_DIR="$(realpath -- "$RUN_DIR")"
   echo "run directory: $RUN_DIR"
-}
-
-fresh_output_dir() {  # fresh_output_dir: create RUN_DIR/output; set FRESH_ARGS for the workers
-  # Every rank decides on train.py's output_dir and rank 0 writes into it as soon as it has:
-  # a rank that looks later finds it non-empty and moves on to <output_dir>-1 alone. For an
-  # output directory this launcher has just created, --overwrite_output true makes every rank
-  # keep it (nothing of an earlier run can be in it); an existing one is left to --resume.
-  FRESH_ARGS=()
-  if [ ! -e "$RUN_DIR/output" ]; then
-    mkdir -p "$RUN_DIR/output"
-    FRESH_ARGS=(--overwrite_output true)
-  fi
 }
 
 run_logged() {  # run_logged <log> <command...>: run with output to <log>; on failure show its tail

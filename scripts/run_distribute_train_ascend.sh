@@ -44,7 +44,6 @@ read -r RANK_SIZE PAIRS <<< "$DEVICES"
 read -r -a PAIRS <<< "$PAIRS"
 LOCAL_NUM="${#PAIRS[@]}"
 make_run_dir "train_ascend_${RANK_SIZE}p"
-fresh_output_dir
 
 CORES="$(nproc)"
 PER_PROCESS=$(( CORES / LOCAL_NUM > 0 ? CORES / LOCAL_NUM : 1 ))
@@ -57,7 +56,7 @@ for index in "${!PAIRS[@]}"; do
   echo "rank $RANK_ID: device $DEVICE_ID, cores $FIRST-$LAST, log $RUN_DIR/logs/train_rank$RANK_ID.log"
   env RANK_TABLE_FILE="$RANK_TABLE_FILE" RANK_SIZE="$RANK_SIZE" RANK_ID="$RANK_ID" DEVICE_ID="$DEVICE_ID" \
     taskset -c "$FIRST-$LAST" "$PYTHON" "$ROOT/train.py" --config "$CONFIG_PATH" --device_target Ascend \
-    --device_id "$DEVICE_ID" --output_dir "$RUN_DIR/output" "${FRESH_ARGS[@]}" "$@" > "$RUN_DIR/logs/train_rank$RANK_ID.log" 2>&1 &
+    --device_id "$DEVICE_ID" --output_dir "$RUN_DIR/output" "$@" > "$RUN_DIR/logs/train_rank$RANK_ID.log" 2>&1 &
   PIDS+=("$!")
 done
 STATUS=0

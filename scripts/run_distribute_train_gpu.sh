@@ -31,9 +31,8 @@ if [ -n "${HOSTFILE:-}" ]; then
 fi
 command -v mpirun > /dev/null || bad_argument "mpirun not found: install OpenMPI"
 make_run_dir "train_gpu_${DEVICE_NUM}p"
-fresh_output_dir
 
 run_logged "$RUN_DIR/logs/mpirun.log" \
   mpirun -n "$DEVICE_NUM" --allow-run-as-root "${HOST_ARGS[@]}" --output-filename "$RUN_DIR/logs/mpirun" \
   --merge-stderr-to-stdout -x PATH \
-  "$PYTHON" "$ROOT/train.py" --config "$CONFIG_PATH" --device_target GPU --output_dir "$RUN_DIR/output" "${FRESH_ARGS[@]}" "$@"
+  "$PYTHON" "$ROOT/train.py" --config "$CONFIG_PATH" --device_target GPU --output_dir "$RUN_DIR/output" "$@"

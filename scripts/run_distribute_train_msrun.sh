@@ -47,7 +47,6 @@ if [ -n "${NODE_RANK:-}" ]; then
   NODE_ARGS=(--node_rank "$(non_negative_int "$NODE_RANK" NODE_RANK)")
 fi
 make_run_dir "$(basename "$ENTRY_SCRIPT" .py)_msrun_${WORKER_NUM}p"
-fresh_output_dir
 
 # msrun starts each worker as `python <script>`, the first `python` on PATH: make it $PYTHON
 mkdir -p "$RUN_DIR/logs/bin"
@@ -59,4 +58,4 @@ run_logged "$RUN_DIR/logs/msrun.log" \
   --worker_num "$WORKER_NUM" --local_worker_num "$LOCAL_WORKER_NUM" \
   --master_addr "${MASTER_ADDR:-127.0.0.1}" --master_port "$MASTER_PORT" "${NODE_ARGS[@]}" \
   --cluster_time_out "$CLUSTER_TIMEOUT" --log_dir "$RUN_DIR/logs/msrun" --join True \
-  "$ENTRY_SCRIPT" --config "$CONFIG_PATH" --output_dir "$RUN_DIR/output" "${FRESH_ARGS[@]}" "$@"
+  "$ENTRY_SCRIPT" --config "$CONFIG_PATH" --output_dir "$RUN_DIR/output" "$@"

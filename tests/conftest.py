@@ -1,5 +1,6 @@
 """Shared test setup: every test runs MindSpore on the CPU backend."""
 import os
+import shutil
 import sys
 
 import pytest
@@ -37,3 +38,34 @@ def graph_mode():
     mindspore.set_context(mode=mindspore.GRAPH_MODE)
     yield
     mindspore.set_context(mode=mindspore.PYNATIVE_MODE)
+
+
+@pytest.fixture(scope="session")
+def digits_subset(tmp_path_factory):
+    """make(train_per_class, val_per_class, short_val_class=None) -> root of a tiny digits copy.
+
+    The first images (by name) of each class of the materialized digits (src.data.digits);
+    short_val_class gets one validation image fewer (a val size not divisible by the batch).
+    """
+    pytest.importorskip("sklearn")
+    from src.data.digits import materialize_digits
+
+    full = materialize_digits(str(tmp_path_factory.mktemp("digits_full") / "digits"))
+    made = {}
+
+    def make(train_per_class, val_per_class, short_val_class=None):
+        key = (train_per_class, val_per_class, short_val_class)
+        if key not in made:
+            tiny = tmp_path_factory.mktemp("digits_tiny")
+            for split, count in (("train", train_per_class), ("val", val_per_class)):
+                for cls in sorted(os.listdir(os.path.join(full, split))):
+                    os.makedirs(tiny / split / cls)
+                    names = sorted(os.listdir(os.path.join(full, split, cls)))[:count]
+                    if split == "val" and cls == short_val_class:
+                        names = names[:-1]
+                    for name in names:
+                        shutil.copy(os.path.join(full, split, cls, name), tiny / split / cls / name)
+            made[key] = str(tiny)
+        return made[key]
+
+    return make

@@ -127,7 +127,7 @@ def test_rank_table_launcher_starts_one_process_per_device_of_this_server(tmp_pa
         line = starts[f"rank_{rank}"]
         assert f"RANK_SIZE=4 RANK_ID={rank} DEVICE_ID={device} RANK_TABLE_FILE={table} " in line
         assert (f"ARGS={ROOT}/train.py --config {CONFIG} --device_target Ascend --device_id {device} "
-                f"--output_dir {run_dir}/output --overwrite_output true --epochs 3") in line
+                f"--output_dir {run_dir}/output --epochs 3") in line
     cores = os.cpu_count()
     if cores >= 2:  # each process gets its own slice of the cores
         per = cores // 2
@@ -149,8 +149,8 @@ def test_mpirun_launcher_passes_the_processes_and_the_hostfile(tmp_path):
     assert result.returncode == 0, result.stderr
     args = (tmp_path / "mpirun_args").read_text().split()
     assert args[:5] == ["-n", "8", "--allow-run-as-root", "--hostfile", str(hostfile)]
-    assert args[-12:] == [sys.executable, f"{ROOT}/train.py", "--config", CONFIG, "--device_target", "GPU",
-                          "--output_dir", f"{run_dir}/output", "--overwrite_output", "true", "--epochs", "3"]
+    assert args[-10:] == [sys.executable, f"{ROOT}/train.py", "--config", CONFIG, "--device_target", "GPU",
+                          "--output_dir", f"{run_dir}/output", "--epochs", "3"]
 
 
 def test_shellcheck_passes_on_the_launch_scripts():

@@ -20,19 +20,9 @@ TINY = ["--batch_size", "8", "--epochs", "2", "--warmup_length", "0", "--drop_ra
 
 
 @pytest.fixture(scope="module")
-def tiny_digits(tmp_path_factory):
-    """6 training and 3 validation images per digit, taken from the materialized digits."""
-    pytest.importorskip("sklearn")
-    from src.data.digits import materialize_digits
-
-    full = materialize_digits(str(tmp_path_factory.mktemp("digits_full") / "digits"))
-    tiny = tmp_path_factory.mktemp("digits_tiny")
-    for split, count in (("train", 6), ("val", 3)):
-        for cls in sorted(os.listdir(os.path.join(full, split))):
-            os.makedirs(tiny / split / cls)
-            for name in sorted(os.listdir(os.path.join(full, split, cls)))[:count]:
-                shutil.copy(os.path.join(full, split, cls, name), tiny / split / cls / name)
-    return str(tiny)
+def tiny_digits(digits_subset):
+    """6 training and 3 validation images per digit."""
+    return digits_subset(6, 3)
 
 
 def run(script, *args, timeout=600):

@@ -23,6 +23,7 @@ import numpy as np
 import mindspore as ms
 from mindspore import Tensor
 
+from src.config import UserError
 from src.models.checkpoint import CheckpointError, describe_mismatch
 
 __all__ = ["CheckpointError", "CheckpointManager", "save_checkpoint_atomic", "remove_partial_files",
@@ -342,15 +343,11 @@ def load_training_state(train_cell, path, skip=CONFIG_DERIVED_PARAMS):
 
 # --------------------------------------------------------------------------- the run directory
 
-def _silent(_message):
-    pass
-
-
 def _is_empty_dir(path):
     return os.path.isdir(path) and not os.listdir(path)
 
 
-def prepare_output_dir(output_dir, overwrite=False, resume=False, is_main=True, log_fn=print):
+def prepare_output_dir(output_dir, overwrite=False, resume=False, is_main=True, share=None, log_fn=print):
     """The directory this run writes to; an existing non-empty one is never silently reused.
 
     - missing or empty: created and used;
@@ -359,41 +356,58 @@ def prepare_output_dir(output_dir, overwrite=False, resume=False, is_main=True, 
       would otherwise be taken for this run's by --resume auto, rotation and the best
       checkpoint); its other files are left to be replaced;
     - non-empty otherwise: the first free `<output_dir>-1`, `-2`, ... is created and used.
-    Every choice other than a fresh directory is reported through log_fn. Ranks other
-    than 0 (is_main=False) compute the same answer silently, without creating or deleting
-    anything.
+    Every choice other than a fresh directory is reported through log_fn.
+
+    Only rank 0 (is_main) looks, decides, creates and deletes. Other ranks must not look for
+    themselves: rank 0 may already have created or filled the directory by then. They get
+    rank 0's decision through `share` (RunContext.from_main: rank 0's integer on every rank),
+    as the suffix number (0: output_dir itself, -1: rank 0 failed and raises the error).
     """
     output_dir = os.path.normpath(output_dir)
+    if not is_main and share is None:
+        raise ValueError("a rank other than 0 learns the output directory from rank 0: pass share")
+    suffix, error = 0, None
+    if is_main:
+        try:
+            suffix = _choose_output_suffix(output_dir, overwrite, resume, log_fn)
+        except UserError as exc:
+            suffix, error = -1, exc
+    if share is not None:
+        suffix = share(suffix)
+    if error is not None:
+        raise error
+    if suffix < 0:
+        raise UserError(f"rank 0 could not prepare output_dir {output_dir} (its log says why)")
+    return f"{output_dir}-{suffix}" if suffix else output_dir
+
+
+def _choose_output_suffix(output_dir, overwrite, resume, log_fn):
+    """prepare_output_dir's decision on rank 0, carried out; 0 or the n of `<output_dir>-n`."""
     if os.path.exists(output_dir) and not os.path.isdir(output_dir):
-        raise NotADirectoryError(f"output_dir {output_dir} exists and is not a directory")
+        raise UserError(f"output_dir {output_dir} exists and is not a directory")
     if not os.path.isdir(output_dir) or _is_empty_dir(output_dir):
-        if is_main:
-            os.makedirs(output_dir, exist_ok=True)
-        return output_dir
-    if not is_main:
-        log_fn = _silent
+        os.makedirs(output_dir, exist_ok=True)
+        return 0
     if resume:
         log_fn(f"output_dir {output_dir} exists: resuming in it")
-        return output_dir
+        return 0
     if overwrite:
         stale = [os.path.join(output_dir, n) for n in os.listdir(output_dir)
                  if n.endswith(".ckpt") or _PARTIAL_MARK in n]
         log_fn(f"output_dir {output_dir} exists: overwrite_output is set, reusing it "
                f"and deleting {len(stale)} checkpoint(s) of the previous run")
-        if is_main:
-            for path in stale:
-                if os.path.isdir(path):
-                    shutil.rmtree(path)
-                else:
-                    os.remove(path)
-        return output_dir
+        for path in stale:
+            if os.path.isdir(path):
+                shutil.rmtree(path)
+            else:
+                os.remove(path)
+        return 0
     suffix = 1
     while os.path.isdir(f"{output_dir}-{suffix}") and not _is_empty_dir(f"{output_dir}-{suffix}") \
             or os.path.isfile(f"{output_dir}-{suffix}"):
         suffix += 1
     chosen = f"{output_dir}-{suffix}"
-    if is_main:
-        os.makedirs(chosen, exist_ok=True)
+    os.makedirs(chosen, exist_ok=True)
     log_fn(f"output_dir {output_dir} is not empty: this run writes to {chosen} "
            "(--resume auto continues the old run, --overwrite_output reuses the directory)")
-    return chosen
+    return suffix

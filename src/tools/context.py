@@ -11,6 +11,8 @@ _LAUNCHER_SIZE_VARS = ("MS_WORKER_NUM", "RANK_SIZE", "OMPI_COMM_WORLD_SIZE")
 class RunContext:
     rank: int = 0
     group_size: int = 1
+    local_rank: int = 0  # index of this process on its node
+
 
     @property
     def distributed(self):
@@ -20,6 +22,25 @@ class RunContext:
     def is_main(self):
         """Only rank 0 writes shared files (checkpoints, metrics, curves, config)."""
         return self.rank == 0
+
+    def from_main(self, value):
+        """Rank 0's integer ``value`` on every rank (what the other ranks pass is ignored).
+
+        Decisions that only rank 0 may take (e.g. the run directory) reach the other ranks this
+        way. It is an AllReduce sum in which only rank 0 contributes: on MindSpore 2.10's CPU
+        backend Broadcast and Barrier fail ("The group hccl_world_group does not exist",
+        "Kernel select failed"; tried under msrun) while AllReduce works on float32, which holds
+        integers exactly up to 2**24.
+        """
+        if not self.distributed:
+            return int(value)
+        if not -2 ** 24 <= value <= 2 ** 24:
+            raise ValueError(f"{value} is beyond float32's exact integers")
+        import numpy as np
+        from mindspore import Tensor, ops
+
+        mine = np.float32(value if self.is_main else 0)
+        return int(np.rint(ops.AllReduce()(Tensor(mine)).asnumpy()))
 
 
 def set_cpu_threads(num=None):
@@ -70,4 +91,15 @@ def init_context(device_target="CPU", device_id=0, mode="graph", seed=0, determi
     ms.reset_auto_parallel_context()
     ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL, gradients_mean=True,
                                  device_num=group_size)
-    return RunContext(rank=rank, group_size=group_size)
+    return RunContext(rank=rank, group_size=group_size, local_rank=_local_rank(rank))
+
+
+def _local_rank(rank):
+    """This process's index on its node: get_local_rank() (works under msrun on CPU, measured,
+    though its docstring says Ascend only), else OpenMPI's variable, else the global rank."""
+    from mindspore.communication import get_local_rank
+
+    try:
+        return get_local_rank()
+    except (RuntimeError, ValueError):
+        return int(os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", rank))

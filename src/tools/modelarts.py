@@ -1,16 +1,19 @@
-"""ModelArts: the dataset copied in from OBS (data_url) before a run, the run directory out to train_url after.
+"""ModelArts: the dataset copied in from OBS (data_url) before a run, the results out to train_url after.
 
 Used only when ``enable_modelarts`` is set; ``moxing`` (shipped in ModelArts images) is imported
-then and only then:
+then and only then. train.py and eval.py use it as
 
     with modelarts_io(cfg.enable_modelarts, cfg.data_url, cfg.train_url, output_dir,
-                      is_copier=local_rank == 0) as local_data:
-        cfg.data_path = local_data or cfg.data_path
-        ... train ...
+                      local_dir=cfg.data_path, is_copier=ctx.local_rank == 0, is_main=ctx.is_main):
+        ... check the data in cfg.data_path, train or evaluate ...
 
 On a node with several processes one of them (``is_copier``) copies the data and leaves a
-marker file; the others wait for it. The results are copied out by rank 0 (``is_main``) when
-the block ends, also when it ends with an error, so a failed run's logs reach OBS too.
+marker file; the others wait for it. ``local_dir`` is expected to start without data of an
+earlier job (ModelArts gives each job a fresh /cache, its local SSD). The results (a run
+directory, or a single file such as eval.py's metrics) are copied out by rank 0 (``is_main``)
+when the block ends, also when it ends with an error, so a failed run's logs reach OBS too.
+mox.file.copy copies one file and mox.file.copy_parallel a folder (Huawei Cloud, "Basic MoXing
+Functions": https://support.huaweicloud.com/develop-modelarts/develop-moxing-0002.html).
 """
 import os
 import time
@@ -32,6 +35,14 @@ def import_moxing():
     return moxing
 
 
+def check_settings(data_url, train_url):
+    """The ``moxing`` module once both URLs are set; one-line UserErrors otherwise (cheap: call it early)."""
+    if not data_url or not train_url:
+        raise UserError("enable_modelarts needs data_url (the dataset on OBS) and train_url (where the "
+                        f"results go); got data_url {data_url!r}, train_url {train_url!r}")
+    return import_moxing()
+
+
 def copy_data_in(mox, data_url, local_dir=LOCAL_DATA, is_copier=True, timeout=3600, poll=5.0):
     """Copy ``data_url`` to ``local_dir`` (is_copier) or wait until the copier has; returns local_dir."""
     mark = os.path.join(local_dir, _COPIED_MARK)
@@ -49,17 +60,25 @@ def copy_data_in(mox, data_url, local_dir=LOCAL_DATA, is_copier=True, timeout=36
     return local_dir
 
 
+def copy_results_out(mox, results, train_url):
+    """Copy a run directory to ``train_url``, or a file into it; nothing when ``results`` does not exist."""
+    if os.path.isdir(results):
+        mox.file.copy_parallel(results, train_url)
+    elif os.path.isfile(results):
+        mox.file.copy(results, train_url.rstrip("/") + "/" + os.path.basename(results))
+
+
 @contextmanager
-def modelarts_io(enable, data_url, train_url, output_dir, local_dir=LOCAL_DATA, is_copier=True, is_main=True,
+def modelarts_io(enable, data_url, train_url, results, local_dir=LOCAL_DATA, is_copier=True, is_main=True,
                  timeout=3600):
     """Yield the local data directory (None when ``enable`` is false: nothing is imported or copied)."""
     if not enable:
         yield None
         return
-    mox = import_moxing()
+    mox = check_settings(data_url, train_url)
     local = copy_data_in(mox, data_url, local_dir, is_copier=is_copier, timeout=timeout)
     try:
         yield local
     finally:
         if is_main:
-            mox.file.copy_parallel(output_dir, train_url)
+            copy_results_out(mox, results, train_url)

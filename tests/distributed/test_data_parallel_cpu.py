@@ -5,11 +5,11 @@ trained with batch 8 (run_standalone_train_cpu.sh) within float tolerance. The s
 make up each step: every rank draws the same permutation and rank r takes items r, r+2, ...,
 so step k of both runs covers permutation items 8k..8k+7; no random augmentation, dropout or
 drop path. Evaluation: 2 shards of a 29-image val split (padded to 15 + 15 rows, batch 4)
-count exactly what one process counts.
+count exactly what one process counts. Output directory: started beside a non-empty one without
+--overwrite_output, both ranks use the `<dir>-1` that rank 0 chose.
 """
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -29,22 +29,9 @@ FINAL = "dm_nfnet_nano-2_10.ckpt"  # 40 images / global batch 8 = 5 steps per ep
 
 
 @pytest.fixture(scope="module")
-def tiny_digits(tmp_path_factory):
+def tiny_digits(digits_subset):
     """4 training images per digit (40) and 3 validation images per digit but one (29)."""
-    pytest.importorskip("sklearn")
-    from src.data.digits import materialize_digits
-
-    full = materialize_digits(str(tmp_path_factory.mktemp("digits_full") / "digits"))
-    tiny = tmp_path_factory.mktemp("digits_tiny")
-    for split, count in (("train", 4), ("val", 3)):
-        for cls in sorted(os.listdir(os.path.join(full, split))):
-            os.makedirs(tiny / split / cls)
-            names = sorted(os.listdir(os.path.join(full, split, cls)))[:count]
-            if split == "val" and cls == "9":
-                names = names[:-1]
-            for name in names:
-                shutil.copy(os.path.join(full, split, cls, name), tiny / split / cls / name)
-    return str(tiny)
+    return digits_subset(4, 3, short_val_class="9")
 
 
 def free_port():
@@ -68,7 +55,11 @@ def msrun(run_dir, *args, env=None):
 
 @pytest.fixture(scope="module")
 def two_rank_run(tiny_digits, tmp_path_factory):
+    """Started where RUN_DIR/output holds an earlier run's file, without --overwrite_output: the
+    ranks must agree on RUN_DIR/output-1 (rank 0 decides and creates it, then writes into it)."""
     run_dir = tmp_path_factory.mktemp("two_ranks")
+    (run_dir / "output").mkdir()
+    (run_dir / "output" / "earlier_run.log").write_text("an earlier run\n")
     msrun(run_dir, "--data_path", tiny_digits, "--batch_size", "4", *COMMON,
           env=dict(ENTRY_SCRIPT=SAVE_WEIGHTS, SAVE_WEIGHTS_DIR=str(run_dir)))
     return run_dir
@@ -94,10 +85,10 @@ def test_two_ranks_end_identical_and_equal_to_one_process_with_the_global_batch(
     assert set(rank0) == set(rank1) and len(rank0) > 20
     assert all(np.array_equal(rank0[k], rank1[k]) for k in rank0)  # bit-identical across ranks
 
-    with open(two_rank_run / "output" / "train.log") as f:
+    with open(two_rank_run / "output-1" / "train.log") as f:
         assert "global batch 8, peak lr 0.05, 5 optimizer steps per epoch" in f.read()
-    assert os.path.exists(two_rank_run / "output" / "train_rank1.log")
-    two, one = load(two_rank_run / "output" / FINAL), load(one_process_run / "output" / FINAL)
+    assert os.path.exists(two_rank_run / "output-1" / "train_rank1.log")
+    two, one = load(two_rank_run / "output-1" / FINAL), load(one_process_run / "output" / FINAL)
     epoch1 = load(one_process_run / "output" / "dm_nfnet_nano-1_5.ckpt")
     assert set(two) == set(one)
     floats = [k for k in one if one[k].dtype.kind == "f" and not k.startswith("learning_rate")]
@@ -110,8 +101,18 @@ def test_two_ranks_end_identical_and_equal_to_one_process_with_the_global_batch(
 
 
 @pytest.mark.timeout(900)
+def test_both_ranks_use_the_run_directory_rank_0_chose_beside_a_non_empty_one(two_rank_run):
+    assert os.listdir(two_rank_run / "output") == ["earlier_run.log"]  # untouched
+    assert sorted(p.name for p in two_rank_run.glob("output*")) == ["output", "output-1"]  # no output-2
+    out = two_rank_run / "output-1"
+    assert {"config.yaml", "train.log", "train_rank1.log", FINAL} <= set(os.listdir(out))
+    with open(out / "train_rank1.log") as f:
+        assert f"[rank 1] run directory {out}:" in f.read()
+
+
+@pytest.mark.timeout(900)
 def test_two_shard_evaluation_counts_the_whole_val_split_like_one_process(two_rank_run, tiny_digits, tmp_path):
-    checkpoint = two_rank_run / "output" / FINAL
+    checkpoint = two_rank_run / "output-1" / FINAL
     eval_args = ["--data_path", tiny_digits, "--checkpoint", checkpoint, "--batch_size", "4",
                  "--num_parallel_workers", "1", "--device_target", "CPU"]
     subprocess.run([sys.executable, "eval.py", "--config", CONFIG, *map(str, eval_args),

@@ -19,6 +19,7 @@ from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
 from mindspore.train import Model
 import mindspore.dataset as ds
 
+from src.config import UserError
 from src.tools.checkpointing import (CheckpointError, CheckpointManager, find_latest_checkpoint,
                                      load_training_state, prepare_output_dir, read_checkpoint_meta,
                                      save_checkpoint_atomic)
@@ -259,7 +260,8 @@ def test_prepare_output_dir_never_overwrites_an_existing_run(tmp_path):
     assert os.path.isdir(run + "-1") and "writes to " + run + "-1" in messages[-1]
     (tmp_path / "run-1" / "log.txt").write_text("second run")
     assert prepare_output_dir(run, log_fn=messages.append) == run + "-2"
-    assert prepare_output_dir(run, is_main=False, log_fn=messages.append) == run + "-2"  # empty: same
+    # another rank takes rank 0's decision (here: suffix 2) without looking at the directories
+    assert prepare_output_dir(run, is_main=False, share=lambda _: 2, log_fn=messages.append) == run + "-2"
     assert (tmp_path / "run" / "run-3_12.ckpt").read_bytes() == b"old"
 
     assert prepare_output_dir(run, resume=True, log_fn=messages.append) == run
@@ -268,5 +270,10 @@ def test_prepare_output_dir_never_overwrites_an_existing_run(tmp_path):
     assert os.listdir(run) == ["metrics.csv"] and "deleting 1 checkpoint" in messages[-1]
 
     (tmp_path / "file").write_text("x")
-    with pytest.raises(NotADirectoryError):
+    with pytest.raises(UserError, match="exists and is not a directory"):
         prepare_output_dir(str(tmp_path / "file"))
+    # rank 0's failure reaches the other ranks as -1: they stop too instead of waiting for it
+    with pytest.raises(UserError, match="rank 0 could not prepare output_dir"):
+        prepare_output_dir(run, is_main=False, share=lambda _: -1)
+    with pytest.raises(ValueError, match="pass share"):
+        prepare_output_dir(run, is_main=False)
