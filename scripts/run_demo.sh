@@ -27,8 +27,9 @@ echo "== 1/5 dataset: $DATA"
 "$PYTHON" -m src.data.digits --output "$DATA"
 
 echo "== 2/5 training (log: $OUT/train.log)"
-# shellcheck disable=SC2086  # TRAIN_ARGS is a list of options
-"$PYTHON" train.py --config "$CONFIG" --data_path "$DATA" --output_dir "$OUT" --overwrite_output true ${TRAIN_ARGS:-}
+read -r -a EXTRA_TRAIN_ARGS <<< "${TRAIN_ARGS:-}"  # a list of options, split on blanks
+"$PYTHON" train.py --config "$CONFIG" --data_path "$DATA" --output_dir "$OUT" --overwrite_output true \
+  "${EXTRA_TRAIN_ARGS[@]}"
 BEST="$OUT/dm_nfnet_nano_best.ckpt"
 
 echo "== 3/5 eval.py on $BEST"

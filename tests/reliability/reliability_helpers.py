@@ -1,0 +1,62 @@
+"""Running the entry points as real processes and reading what they leave behind."""
+import csv
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CONFIG = os.path.join(ROOT, "src", "configs", "dm_nfnet_nano_digits.yaml")
+# A small deterministic run: batch 8 of 60 training images (7 steps per epoch), no dropout or drop
+# path (their random streams restart on resume), one data worker, a progress line every step.
+TINY = ["--batch_size", "8", "--epochs", "2", "--warmup_length", "0", "--drop_rate", "0", "--drop_path_rate", "0",
+        "--num_parallel_workers", "1", "--log_interval", "1", "--base_lr", "1.6", "--seed", "3",
+        "--eval_while_train", "false"]
+
+# Runs `python <script> <args>` and prints, at exit, whether MindSpore was imported by then.
+_IMPORT_PROBE = ("import atexit, runpy, sys\n"
+                 "atexit.register(lambda: print('mindspore imported:', 'mindspore' in sys.modules))\n"
+                 "sys.argv = sys.argv[1:]\n"
+                 "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+
+
+def entry(script, *args, config=CONFIG, timeout=600, probe_imports=False):
+    """`python <script> --config <config> <args>` in the repository; the CompletedProcess (text)."""
+    head = [sys.executable, "-c", _IMPORT_PROBE] if probe_imports else [sys.executable]
+    config_args = ["--config", config] if config else []
+    return subprocess.run([*head, script, *config_args, *map(str, args)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def mindspore_imported(result):
+    """What the import probe of entry(..., probe_imports=True) reported."""
+    return result.stdout.strip().splitlines()[-1] == "mindspore imported: True"
+
+
+def user_error(result):
+    """The one `error: ...` line of a process stopped by a user mistake (exit 2, no traceback)."""
+    assert result.returncode == 2, result.stdout[-2000:] + result.stderr[-3000:]
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    return errors[0]
+
+
+def succeeded(result):
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    return result
+
+
+def read_metrics(output_dir):
+    with open(os.path.join(output_dir, "metrics.csv"), newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def read_text(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def checkpoint_values(path):
+    """name -> numpy array of every entry of a checkpoint (weights, optimizer state, counters)."""
+    import mindspore as ms
+
+    return {k: v.asnumpy() for k, v in ms.load_checkpoint(str(path)).items()}
