@@ -37,7 +37,8 @@ def main(argv=None):
     from src.tools.context import init_context
     from src.tools.modelarts import modelarts_io
 
-    ctx = init_context(cfg.device_target, cfg.device_id, cfg.mode, cfg.seed, cfg.deterministic, cfg.distribute)
+    ctx = init_context(cfg.device_target, cfg.device_id, cfg.mode, cfg.seed, cfg.deterministic, cfg.distribute,
+                       cfg.cluster_timeout)
     output = args.output or os.path.join(os.path.dirname(os.path.abspath(checkpoint)),
                                          f"eval_{os.path.splitext(os.path.basename(checkpoint))[0]}.json")
     with modelarts_io(cfg.enable_modelarts, cfg.data_url, cfg.train_url, output, local_dir=cfg.data_path,

@@ -28,7 +28,8 @@ def main(argv=None):
     from src.tools.context import init_context
     from src.tools.modelarts import modelarts_io
 
-    ctx = init_context(cfg.device_target, cfg.device_id, cfg.mode, cfg.seed, cfg.deterministic, cfg.distribute)
+    ctx = init_context(cfg.device_target, cfg.device_id, cfg.mode, cfg.seed, cfg.deterministic, cfg.distribute,
+                       cfg.cluster_timeout)
     output_dir = prepare_output_dir(cfg.output_dir, overwrite=cfg.overwrite_output, resume=cfg.resume is not None,
                                     is_main=ctx.is_main, share=ctx.from_main)
     with modelarts_io(cfg.enable_modelarts, cfg.data_url, cfg.train_url, output_dir, local_dir=cfg.data_path,
