@@ -16,6 +16,7 @@ from mindspore import Parameter, Tensor, nn, ops
 from mindspore.common.initializer import Normal, Zero
 
 from .layers import DropPath, GammaAct, ScaledStdConv2d, SqueezeExcite
+from .layers.pool import mean_hw
 from .registry import register_model
 
 
@@ -160,7 +161,7 @@ class ClassifierHead(nn.Cell):
         self.fc = nn.Dense(in_chs, num_classes, weight_init=Normal(0.01), bias_init=Zero())
 
     def construct(self, x):
-        x = ops.mean(x, (2, 3))
+        x = mean_hw(x)
         return self.fc(self.drop(x))
 
 

@@ -48,9 +48,12 @@ def unitwise_norm(x):
       over (0, 1, 2) / (0,): the same units, transposed layout.
     """
     if _is_vector_like(x.shape):
-        return ops.sqrt(ops.sum(ops.square(x)))
-    axes = tuple(range(1, x.ndim))
-    return ops.sqrt(ops.sum(ops.square(x), dim=axes, keepdim=True))
+        return ops.sqrt(ops.sum(ops.square(x.reshape(-1))))
+    # summed over the last axis of the (out, -1) view: MindSpore's CPU reduction over several
+    # axes is ~10x slower (src/models/layers/pool.py)
+    rows = x.reshape(x.shape[0], -1)
+    norm = ops.sqrt(ops.sum(ops.square(rows), dim=1, keepdim=True))
+    return norm.reshape((x.shape[0],) + (1,) * (x.ndim - 1))
 
 
 def adaptive_clip_grad(grad, param, clipping=0.01, eps=1e-3):

@@ -7,6 +7,7 @@ from mindspore import Parameter, Tensor, nn, ops
 from mindspore.common.initializer import Normal, Zero, initializer
 
 from .conv2d_same import conv2d_same, default_conv_impl
+from .pool import rowwise
 
 
 class ScaledStdConv2d(nn.Cell):
@@ -43,11 +44,12 @@ class ScaledStdConv2d(nn.Cell):
 
     def standardized_weight(self):
         """The weight the convolution actually uses (float32, whatever the AMP level)."""
-        w = self.weight.astype(ms.float32)
-        mean = ops.mean(w, (1, 2, 3), keep_dims=True)
+        w = rowwise(self.weight.astype(ms.float32))  # (out, in*k*k): see pool.py on reductions
+        mean = ops.mean(w, 1, keep_dims=True)
         centered = w - mean
-        var = ops.mean(centered * centered, (1, 2, 3), keep_dims=True)
-        return centered * ops.rsqrt(var + self.eps) * (self.gain.astype(ms.float32) * self.scale)
+        var = ops.mean(centered * centered, 1, keep_dims=True)
+        scale = self.gain.astype(ms.float32).reshape(-1, 1) * self.scale
+        return (centered * (ops.rsqrt(var + self.eps) * scale)).reshape(self.weight.shape)
 
     def construct(self, x):
         w = self.standardized_weight().astype(x.dtype)
