@@ -58,7 +58,7 @@ def check_layout(cfg):
 def evaluate_checkpoint(cfg, ctx, checkpoint, output):
     """Score `checkpoint` on the val split (sharded by rank); rank 0 prints and writes the metrics to `output`."""
     from src.builders import build_eval_dataset, build_network
-    from src.data.dataset import reported_data_errors
+    from src.data.dataset import read_bad_file_log, reported_data_errors
     from src.models import checkpoint_has_prefix
     from src.tools.criterion import create_loss
     from src.trainers import evaluate
@@ -68,16 +68,22 @@ def evaluate_checkpoint(cfg, ctx, checkpoint, output):
         print(f"{checkpoint} holds no EMA weights: evaluating its weights")
     network = build_network(cfg, checkpoint_path=checkpoint, checkpoint_prefix="ema." if use_ema else "",
                             finetune=False)
-    dataset = build_eval_dataset(cfg, ctx)
+    bad_file_log = os.path.splitext(output)[0] + "_bad_files.txt"  # unreadable images, appended by every rank
+    if ctx.is_main and os.path.exists(bad_file_log):
+        os.remove(bad_file_log)
+    dataset = build_eval_dataset(cfg, ctx, bad_file_log)
     with reported_data_errors():
         metrics = evaluate(network, dataset, loss_fn=create_loss(reduction="none"), distributed=ctx.distributed)
+    unreadable = len(read_bad_file_log(bad_file_log))
     result = {"arch": cfg.arch, "checkpoint": os.path.abspath(checkpoint), "weights": "ema" if use_ema else "raw",
               "data": os.path.abspath(os.path.join(cfg.data_path, cfg.val_split)),
-              **{k: _plain(v) for k, v in metrics.items()}}
+              **{k: _plain(v) for k, v in metrics.items()}, "unreadable": unreadable}
     if ctx.is_main:
         loss = f", loss {result['loss']:.4f}" if result.get("loss") is not None else ""
         print(f"top1 {result['top1']:.4f}, top5 {result['top5']:.4f}{loss} "
               f"on {result['count']} images ({result['weights']} weights of {checkpoint})")
+        if unreadable:
+            print(f"skipped {unreadable} unreadable image(s), listed in {bad_file_log}")
         with open(output, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=2)
             f.write("\n")

@@ -120,8 +120,9 @@ def build_eval_fn(cfg, ctx, train_cell, network, val_dataset):
 
 
 def build_callbacks(cfg, ctx, log, output_dir, manager, train_cell, eval_fn, micro_steps, lr_schedule, resumed):
-    """Progress, non-finite guard, evaluation + best checkpoint, periodic checkpoints, metrics CSV + curves."""
-    from src.tools.callbacks import CheckpointCallback, EvalCallback, NonFiniteLossGuard, ProgressLogger
+    """Progress, non-finite guard, evaluation + best checkpoint, unreadable-file report, periodic checkpoints,
+    metrics CSV + curves."""
+    from src.tools.callbacks import BadFileReport, CheckpointCallback, EvalCallback, NonFiniteLossGuard, ProgressLogger
     from src.tools.metrics_log import MetricsCSV
 
     callbacks = [
@@ -132,6 +133,8 @@ def build_callbacks(cfg, ctx, log, output_dir, manager, train_cell, eval_fn, mic
     if eval_fn is not None:
         callbacks.append(EvalCallback(eval_fn, cfg.eval_interval, checkpoint_manager=manager, train_cell=train_cell,
                                       total_epochs=cfg.epochs, log_fn=log, is_main=ctx.is_main))
+    # the file train.py gives the datasets as bad_file_log
+    callbacks.append(BadFileReport(os.path.join(output_dir, "bad_files.txt"), log_fn=log, is_main=ctx.is_main))
     callbacks.append(CheckpointCallback(manager, cfg.save_every_epochs, train_cell=train_cell,
                                         total_epochs=cfg.epochs, log_fn=log))
     callbacks.append(MetricsCSV(os.path.join(output_dir, "metrics.csv"), os.path.join(output_dir, "curves.png"),

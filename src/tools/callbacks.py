@@ -23,7 +23,7 @@ import numpy as np
 from mindspore import Tensor
 from mindspore.train import Callback
 
-__all__ = ["ProgressLogger", "EvalCallback", "CheckpointCallback", "NonFiniteLossGuard",
+__all__ = ["ProgressLogger", "EvalCallback", "CheckpointCallback", "NonFiniteLossGuard", "BadFileReport",
            "epoch_record", "step_loss", "DIVERGED"]
 
 # cb_params key set by NonFiniteLossGuard when it stops a run.
@@ -215,7 +215,7 @@ class NonFiniteLossGuard(_EpochCallback):
                 self.log_fn(f"warning: non-finite loss {loss} at {where} "
                             f"({self.consecutive}/{self.max_nonfinite_steps} in a row)")
             return
-        last_good = getattr(self.checkpoint_manager, "latest_path", None)
+        last_good = self._last_good_checkpoint()
         self.message = (f"stopping: {self.consecutive} consecutive non-finite losses (last {loss} at {where}); "
                         + (f"the last good checkpoint is {last_good} (continue with --resume auto)"
                            if last_good else "no checkpoint was written in this run")
@@ -225,6 +225,46 @@ class NonFiniteLossGuard(_EpochCallback):
         if self.is_main:
             self.log_fn(self.message)
         run_context.request_stop()
+
+    def _last_good_checkpoint(self):
+        """This session's last checkpoint, else the one --resume auto would pick (e.g. the resumed one)."""
+        manager = self.checkpoint_manager
+        if manager is None:
+            return None
+        if manager.latest_path:
+            return manager.latest_path
+        from src.tools.checkpointing import find_latest_checkpoint
+
+        return find_latest_checkpoint(manager.output_dir, log_fn=lambda _: None)
+
+
+class BadFileReport(Callback):
+    """At each epoch end, logs the unreadable images skipped since the last report.
+
+    The data pipeline's workers list every file they could not decode in `bad_file_log`
+    (see src.data.dataset); this puts their number and names in the run's log. Place it
+    after EvalCallback so that the epoch's validation files are included. Files already
+    listed when training starts (an earlier session of a resumed run) were reported then.
+    """
+
+    def __init__(self, bad_file_log, log_fn=print, is_main=True):
+        super().__init__()
+        from src.data.dataset import read_bad_file_log
+
+        self.path = bad_file_log
+        self.read = read_bad_file_log
+        self.log_fn = log_fn
+        self.is_main = is_main
+        self.seen = set(read_bad_file_log(bad_file_log))
+
+    def on_train_epoch_end(self, run_context):
+        listed = self.read(self.path)
+        new = [path for path in listed if path not in self.seen]
+        self.seen.update(new)
+        if new and self.is_main:
+            shown = ", ".join(new[:3]) + (f", ... ({len(new) - 3} more)" if len(new) > 3 else "")
+            self.log_fn(f"epoch {run_context.original_args().cur_epoch_num}: skipped {len(new)} unreadable "
+                        f"image(s) ({len(listed)} in this run directory, listed in {self.path}): {shown}")
 
 
 class EvalCallback(_EpochCallback):
