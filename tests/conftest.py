@@ -69,3 +69,9 @@ def digits_subset(tmp_path_factory):
         return made[key]
 
     return make
+
+
+@pytest.fixture(scope="session")
+def tiny_digits(digits_subset):
+    """6 training and 3 validation images per digit (60 + 30): the end-to-end runs' data."""
+    return digits_subset(6, 3)

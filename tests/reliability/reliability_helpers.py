@@ -1,8 +1,12 @@
 """Running the entry points as real processes and reading what they leave behind."""
 import csv
 import os
+import signal
 import subprocess
 import sys
+import time
+
+import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = os.path.join(ROOT, "src", "configs", "dm_nfnet_nano_digits.yaml")
@@ -60,3 +64,38 @@ def checkpoint_values(path):
     import mindspore as ms
 
     return {k: v.asnumpy() for k, v in ms.load_checkpoint(str(path)).items()}
+
+
+def assert_same_training_state(expected, actual, rel=1e-6):
+    """Equal entries (the config-derived lr array left out): floats within `rel` of the largest magnitude."""
+    expected = {k: v for k, v in expected.items() if not k.startswith("learning_rate")}
+    actual = {k: v for k, v in actual.items() if not k.startswith("learning_rate")}
+    assert set(expected) == set(actual)
+    for name, value in expected.items():
+        if value.dtype.kind == "f":
+            scale = max(float(np.abs(value).max()), 1e-12)
+            assert float(np.abs(value - actual[name]).max()) <= rel * scale, name
+        else:
+            assert np.array_equal(value, actual[name]), name
+
+
+def start_entry(script, *args, config=CONFIG, env=None, stdout=subprocess.DEVNULL):
+    """`python <script> --config <config> <args>` started in the background (stdout=subprocess.PIPE to read it)."""
+    return subprocess.Popen([sys.executable, script, "--config", config, *map(str, args)], cwd=ROOT, text=True,
+                            stdout=stdout, stderr=subprocess.DEVNULL, env=dict(os.environ, **(env or {})))
+
+
+def wait_until(condition, proc, timeout=600, poll=0.05):
+    """Poll `condition()` until it is true while `proc` runs; fail if the process ends or time runs out."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if condition():
+            return
+        assert proc.poll() is None, f"the process ended (exit {proc.returncode}) before the awaited moment"
+        time.sleep(poll)
+    raise AssertionError(f"not reached within {timeout} s")
+
+
+def kill9(proc):
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)

@@ -41,10 +41,10 @@ def unreadable_files(folder, stem, count=4):
 
 
 @pytest.fixture(scope="module")
-def bad_data(digits_subset, tmp_path_factory):
+def bad_data(tiny_digits, tmp_path_factory):
     """The tiny digits (60 train, 30 val) plus 4 converted + 4 unreadable train files and 4 + 2 val files."""
     root = tmp_path_factory.mktemp("bad_data") / "digits"
-    shutil.copytree(digits_subset(6, 3), root)
+    shutil.copytree(tiny_digits, root)
     train, val = root / "train" / "3", root / "val" / "5"
     first = sorted(os.listdir(train))[0]
     converted = converted_copies(train / first, train, "x") + converted_copies(train / first, val, "x")
