@@ -13,7 +13,6 @@ class RunContext:
     group_size: int = 1
     local_rank: int = 0  # index of this process on its node
 
-
     @property
     def distributed(self):
         return self.group_size > 1
@@ -27,20 +26,20 @@ class RunContext:
         """Rank 0's integer ``value`` on every rank (what the other ranks pass is ignored).
 
         Decisions that only rank 0 may take (e.g. the run directory) reach the other ranks this
-        way. It is an AllReduce sum in which only rank 0 contributes: on MindSpore 2.10's CPU
-        backend Broadcast and Barrier fail ("The group hccl_world_group does not exist",
-        "Kernel select failed"; tried under msrun) while AllReduce works on float32, which holds
-        integers exactly up to 2**24.
+        way, through mindspore.ops.communication.broadcast over the world group as init() named
+        it (mccl_world_group on CPU; the deprecated comm_func.broadcast defaults to
+        hccl_world_group and fails there, measured under msrun).
         """
         if not self.distributed:
             return int(value)
-        if not -2 ** 24 <= value <= 2 ** 24:
-            raise ValueError(f"{value} is beyond float32's exact integers")
         import numpy as np
-        from mindspore import Tensor, ops
+        from mindspore import Tensor
+        from mindspore.communication import GlobalComm
+        from mindspore.ops.communication import broadcast
 
-        mine = np.float32(value if self.is_main else 0)
-        return int(np.rint(ops.AllReduce()(Tensor(mine)).asnumpy()))
+        tensor = Tensor(np.array(value if self.is_main else 0, np.int64))
+        broadcast(tensor, src=0, group=GlobalComm.WORLD_COMM_GROUP)
+        return int(tensor.asnumpy())
 
 
 def set_cpu_threads(num=None):
