@@ -23,6 +23,7 @@ def main(argv=None):
         check_settings(cfg.data_url, cfg.train_url)
     else:
         check_layout(cfg)  # before the heavy imports: a wrong path costs no graph build
+        check_checkpoint_paths(cfg)
 
     from src.tools.checkpointing import prepare_output_dir
     from src.tools.context import init_context
@@ -37,6 +38,13 @@ def main(argv=None):
         if cfg.enable_modelarts:
             check_layout(cfg)
         return train(cfg, ctx, output_dir)
+
+
+def check_checkpoint_paths(cfg):
+    for key in ("pretrained", "resume"):
+        path = getattr(cfg, key)
+        if path not in (None, "auto") and not os.path.isfile(path):
+            raise UserError(f"checkpoint not found: {path} (given as {key})")
 
 
 def check_layout(cfg):
