@@ -32,6 +32,10 @@ shellcheck:
 test: $(VENV)/.requirements-dev shellcheck
 	$(PY) -m pytest
 
+# the multi-process fault tests (pytest marker `slow`, left out of `make test`); CI runs both
+test-slow: $(VENV)/.requirements-dev shellcheck
+	$(PY) -m pytest -m slow
+
 demo: $(VENV)/.requirements-demo
 	bash scripts/run_demo.sh
 

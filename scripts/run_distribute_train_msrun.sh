@@ -16,6 +16,9 @@
 #                     --checkpoint PATH evaluates a checkpoint sharded over the workers)
 # Multi-node: run the same command on every node with the same WORKER_NUM, MASTER_ADDR and
 # MASTER_PORT, and LOCAL_WORKER_NUM / NODE_RANK set per node.
+# A worker that fails (killed, or exiting non-zero) ends the job at once: msrun kills the other workers,
+# this script stops msrun's scheduler and prints one line naming the worker, its exit status or signal,
+# its last `error:` line and its log; the exit status is the worker's (128 + signal when killed).
 # Writes RUN_DIR/logs/msrun.log (the launcher), RUN_DIR/logs/msrun/{scheduler,worker_<rank>}.log
 # and RUN_DIR/output (train.py's run directory: rank 0's files, train_rank<r>.log of the others);
 # RUN_DIR defaults to ./runs/train_msrun_<n>p-<date>-<time> (see scripts/launch_common.sh).
@@ -53,9 +56,56 @@ mkdir -p "$RUN_DIR/logs/bin"
 printf '#!/bin/sh\nexec %q "$@"\n' "$(command -v "$PYTHON")" > "$RUN_DIR/logs/bin/python"
 chmod +x "$RUN_DIR/logs/bin/python"
 
-run_logged "$RUN_DIR/logs/msrun.log" \
-  env PATH="$RUN_DIR/logs/bin:$PATH" "$PYTHON" -m mindspore.parallel.cluster.run \
+MSRUN_LOG="$RUN_DIR/logs/msrun.log"
+echo "log: $MSRUN_LOG"
+env PATH="$RUN_DIR/logs/bin:$PATH" "$PYTHON" -m mindspore.parallel.cluster.run \
   --worker_num "$WORKER_NUM" --local_worker_num "$LOCAL_WORKER_NUM" \
   --master_addr "${MASTER_ADDR:-127.0.0.1}" --master_port "$MASTER_PORT" "${NODE_ARGS[@]}" \
   --cluster_time_out "$CLUSTER_TIMEOUT" --log_dir "$RUN_DIR/logs/msrun" --join True \
-  "$ENTRY_SCRIPT" --config "$CONFIG_PATH" --output_dir "$RUN_DIR/output" "$@"
+  "$ENTRY_SCRIPT" --config "$CONFIG_PATH" --output_dir "$RUN_DIR/output" "$@" > "$MSRUN_LOG" 2>&1 &
+MSRUN_PID=$!
+
+# When a worker fails, msrun kills the other workers of this node within a second, then waits for its
+# scheduler, which gives up on the lost worker only after the cluster timeout (train.py's cluster_timeout,
+# 600 s by default; measured). SIGINT makes msrun kill the scheduler too, at once.
+while kill -0 "$MSRUN_PID" 2> /dev/null; do
+  if grep -q "exit with exception" "$MSRUN_LOG"; then
+    sleep 2
+    kill -INT "$MSRUN_PID" 2> /dev/null || true
+    break
+  fi
+  sleep 1
+done
+STATUS=0
+wait "$MSRUN_PID" || STATUS=$?
+
+# msrun logs "Worker process <pid> exit with exception. Error code: <code>"; MindSpore's lines in the
+# worker's own log carry its pid, which gives its rank.
+FAILED="$(grep -m 1 -o 'Worker process [0-9]* exit with exception. Error code: -\?[0-9]*' "$MSRUN_LOG" || true)"
+if [ -n "$FAILED" ]; then
+  PID="$(cut -d ' ' -f 3 <<< "$FAILED")"
+  CODE="${FAILED##* }"
+  WORKER="a worker (pid $PID)" WORKER_LOG="$MSRUN_LOG" DETAIL=""
+  for LOG in "$RUN_DIR/logs/msrun"/worker_*.log; do
+    if grep -q "($PID," "$LOG" 2> /dev/null; then
+      RANK="${LOG##*/worker_}"
+      WORKER="worker ${RANK%.log} (pid $PID)" WORKER_LOG="$LOG"
+      DETAIL="$(grep '^error: ' "$LOG" | tail -n 1 || true)"
+    fi
+  done
+  if [ "$CODE" -lt 0 ]; then
+    if [ "$CODE" -eq -15 ]; then  # how MindSpore ends a worker that lost another one (after cluster_timeout)
+      DETAIL=" (SIGTERM: MindSpore stops a worker this way when another worker is lost)"
+    fi
+    echo "error: $WORKER was killed by signal ${CODE#-}$DETAIL; the other workers were stopped; see $WORKER_LOG" >&2
+    exit $(( 128 - CODE ))
+  fi
+  echo "error: $WORKER exited with status $CODE${DETAIL:+ ($DETAIL)}; the other workers were stopped; see $WORKER_LOG" >&2
+  exit "$CODE"
+fi
+if [ "$STATUS" -ne 0 ]; then
+  tail -n 20 "$MSRUN_LOG" >&2
+  echo "error: exit status $STATUS, see $MSRUN_LOG" >&2
+  exit "$STATUS"
+fi
+echo "done: $MSRUN_LOG"

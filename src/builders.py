@@ -78,7 +78,12 @@ def build_optimizer(cfg, network, lr_schedule):
 
 
 def build_trainer(cfg, network, loss_fn, optimizer):
-    """(train cell holding all training state, run(dataset, callbacks, initial_epoch))."""
+    """(train cell holding all training state, run(dataset, callbacks, initial_epoch)).
+
+    In a distributed run, run() ends the process with one error line when a rank is lost (see
+    src.tools.context.lost_rank_ends_process).
+    """
+    from src.tools.context import lost_rank_ends_process
     from src.trainers import EMA, FunctionalTrainer, create_train_step
 
     ema = EMA(network.get_parameters(), decay=cfg.ema_decay, warmup=cfg.ema_warmup) if cfg.ema else None
@@ -89,7 +94,8 @@ def build_trainer(cfg, network, loss_fn, optimizer):
         trainer = FunctionalTrainer(network, loss_fn, optimizer, **options)
 
         def run(dataset, callbacks, initial_epoch):
-            trainer.train(dataset, cfg.epochs, callbacks, initial_epoch=initial_epoch)
+            with lost_rank_ends_process(cfg.cluster_timeout):
+                trainer.train(dataset, cfg.epochs, callbacks, initial_epoch=initial_epoch)
 
         return trainer.train_cell, run
     from mindspore.train import Model
@@ -97,8 +103,9 @@ def build_trainer(cfg, network, loss_fn, optimizer):
     train_step = create_train_step(network, loss_fn, optimizer, **options)
 
     def run(dataset, callbacks, initial_epoch):
-        Model(train_step).train(cfg.epochs, dataset, callbacks=callbacks, dataset_sink_mode=cfg.dataset_sink_mode,
-                                initial_epoch=initial_epoch)
+        with lost_rank_ends_process(cfg.cluster_timeout):
+            Model(train_step).train(cfg.epochs, dataset, callbacks=callbacks, dataset_sink_mode=cfg.dataset_sink_mode,
+                                    initial_epoch=initial_epoch)
 
     return train_step, run
 

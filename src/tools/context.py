@@ -1,5 +1,8 @@
 """Device, execution mode, seeds and (data-parallel) distribution for one process."""
+import contextlib
 import os
+import re
+import sys
 from dataclasses import dataclass
 
 # Environment variables set by MindSpore's launchers: msrun (MS_WORKER_NUM), an hccl rank
@@ -110,3 +113,30 @@ def _local_rank(rank):
         return get_local_rank()
     except (RuntimeError, ValueError):
         return int(os.environ.get("OMPI_COMM_WORLD_LOCAL_RANK", rank))
+
+
+# What MindSpore raises in a rank whose collective kernel failed, e.g. "Launch kernel failed:
+# Default/update-GradientUpdate/grad_reducer-DistributedGradReducer/AllReduce-op0".
+_COLLECTIVE_FAILURE = re.compile(r"Launch kernel failed: \S*?(AllReduce|AllGather|ReduceScatter|Broadcast)")
+
+
+@contextlib.contextmanager
+def lost_rank_ends_process(cluster_timeout):
+    """In a distributed run, a collective operation that fails inside the block ends this process at once.
+
+    Such a failure means another rank died or stalled beyond cluster_timeout (MS_NODE_TIMEOUT). MindSpore
+    raises it as a RuntimeError, then holds the process about 25 s in its shutdown before it kills it with
+    SIGTERM (measured on CPU). Instead this prints one `error:` line and exits with status 1 right away.
+    """
+    try:
+        yield
+    except RuntimeError as exc:
+        found = _COLLECTIVE_FAILURE.search(str(exc))
+        if found is None or not launched_distributed():
+            raise
+        from mindspore.communication import get_rank
+
+        sys.stdout.flush()
+        print(f"error: rank {get_rank()}: {found[1]} failed: another rank stopped or did not answer within "
+              f"cluster_timeout ({cluster_timeout} s); stopping this rank too", file=sys.stderr, flush=True)
+        os._exit(1)  # a normal exit would wait in MindSpore's shutdown for the lost rank
