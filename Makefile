@@ -36,6 +36,10 @@ test: $(VENV)/.requirements-dev shellcheck
 test-slow: $(VENV)/.requirements-dev shellcheck
 	$(PY) -m pytest -m slow
 
+# side-by-side speed against timm (issue 6): table, benchmarks/results.json, benchmarks/results.png
+bench: $(VENV)/.requirements-dev
+	$(PY) benchmarks/bench.py
+
 demo: $(VENV)/.requirements-demo
 	bash scripts/run_demo.sh
 

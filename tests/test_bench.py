@@ -1,0 +1,51 @@
+"""benchmarks/bench.py: a --quick run end to end, and how a failed worker reaches the table. No timings asserted."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from benchmarks.bench import METRICS, collect_metrics, format_table
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+QUICK_METRICS = {key for key, *_ in METRICS} - {"mindrecord_img_s"}  # MindRecord: default run or --only
+
+
+def _has_value_or_reason(row, column):
+    value = row[column]
+    return (isinstance(value, (int, float)) and value > 0) or (value is None and row["reasons"].get(column))
+
+
+@pytest.mark.timeout(300)
+def test_quick_run_writes_every_metric_and_the_chart(tmp_path):
+    run = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench.py"), "--quick",
+                          "--output-dir", str(tmp_path)], capture_output=True, text=True, timeout=290)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    assert set(results["metrics"]) == QUICK_METRICS
+    for key, row in results["metrics"].items():
+        for column in ("ours", "timm", "ratio"):
+            assert _has_value_or_reason(row, column), (key, column, row)
+    for name, record in results["workers"].items():
+        assert record["ok"] or record["error"], name
+    for field in ("cpu", "cores", "python", "mindspore", "torch", "timm", "numpy"):
+        assert results["machine"][field], field
+    assert results["date"] and results["settings"]["quick"] is True
+    assert (tmp_path / "results.png").stat().st_size > 0
+    assert "ratio" in run.stdout and "train img/s" in run.stdout
+
+
+def test_a_failed_worker_is_a_reason_in_the_table_not_a_crash():
+    workers = {
+        "train_ours": {"ok": False, "error": "timed out after 360 s", "duration_s": 360.0, "result": None},
+        "train_timm": {"ok": True, "error": None, "duration_s": 40.0,
+                       "result": {"img_s": 2.0, "compile_s": 0.5, "peak_rss_mb": 1000.0}},
+    }
+    metrics = collect_metrics(workers, dict(train_batch=8, train_size=192, eval_batch=8, eval_size=256, workers=2))
+    assert set(metrics) == {"train_img_s", "compile_s", "peak_rss_mb"}  # the eval/pipeline workers did not run
+    row = metrics["train_img_s"]
+    assert row["ours"] is None and "timed out" in row["reasons"]["ours"]
+    assert row["timm"] == 2.0 and row["ratio"] is None and row["reasons"]["ratio"]
+    table = format_table(metrics, workers)
+    assert "n/a" in table and "train_ours failed after 360.0 s: timed out after 360 s" in table
