@@ -19,6 +19,8 @@ import mindspore
 from mindspore import Tensor, nn, ops
 from mindspore.ops import composite as C
 
+from src.models.layers.rowwise import mul_rows, rowwise
+
 __all__ = ["unitwise_norm", "adaptive_clip_grad", "SGDAGC",
            "DEFAULT_NO_DECAY_KEYS", "DEFAULT_AGC_EXCLUDE"]
 
@@ -50,9 +52,8 @@ def unitwise_norm(x):
     if _is_vector_like(x.shape):
         return ops.sqrt(ops.sum(ops.square(x.reshape(-1))))
     # summed over the last axis of the (out, -1) view: MindSpore's CPU reduction over several
-    # axes is ~10x slower (src/models/layers/pool.py)
-    rows = x.reshape(x.shape[0], -1)
-    norm = ops.sqrt(ops.sum(ops.square(rows), dim=1, keepdim=True))
+    # axes is ~10x slower (src/models/layers/rowwise.py)
+    norm = ops.sqrt(ops.sum(ops.square(rowwise(x)), dim=1, keepdim=True))
     return norm.reshape((x.shape[0],) + (1,) * (x.ndim - 1))
 
 
@@ -61,30 +62,42 @@ def adaptive_clip_grad(grad, param, clipping=0.01, eps=1e-3):
 
     max_norm = clipping * max(unitwise_norm(param), eps); where
     unitwise_norm(grad) > max_norm, grad * max_norm / max(unitwise_norm(grad), 1e-6);
-    elsewhere grad unchanged. The 1e-6 only guards the division.
+    elsewhere grad unchanged. The 1e-6 only guards the division. The per-unit factor
+    (1 where not clipped) is computed on the norms and broadcast explicitly, one row per
+    unit (src/models/layers/rowwise.py: MindSpore's CPU kernels).
     """
     max_norm = clipping * ops.maximum(unitwise_norm(param), eps)
     grad_norm = unitwise_norm(grad)
-    clipped = grad * (max_norm / ops.maximum(grad_norm, 1e-6))
-    return ops.where(grad_norm > max_norm, clipped, grad)
+    factor = ops.where(grad_norm > max_norm, max_norm / ops.maximum(grad_norm, 1e-6), ops.ones_like(grad_norm))
+    if _is_vector_like(grad.shape):
+        return grad * factor
+    return mul_rows(rowwise(grad), factor.reshape(-1, 1)).reshape(grad.shape)
 
 
 _sgd_agc_step = C.MultitypeFuncGraph("sgd_agc_step")
 
 
-@_sgd_agc_step.register("Tensor", "Number", "Bool", "Number", "Number", "Number",
+@_sgd_agc_step.register("Function", "Tensor", "Number", "Bool", "Number", "Number", "Number",
                         "Bool", "Bool", "Tensor", "Tensor", "Tensor")
-def _sgd_agc_step_dense(lr, momentum, nesterov, clipping, eps, weight_decay,
+def _sgd_agc_step_dense(apply_momentum, lr, momentum, nesterov, clipping, eps, weight_decay,
                         clip, decay, param, buf, grad):
-    """One AGC + weight decay + momentum update of one parameter (see the module docstring)."""
+    """One AGC + weight decay + momentum update of one parameter (see the module docstring).
+
+    The momentum step is MindSpore's fused, in-place ApplyMomentum (heavy ball:
+    buf = momentum * buf + g; W -= lr * buf), one pass instead of five elementwise ops.
+    Nesterov, W -= lr * g + lr * momentum * buf, is that step with lr * momentum plus
+    W -= lr * g: the CPU kernel of ApplyMomentum(use_nesterov=True) ignores the flag in
+    MindSpore 2.10 (measured), so it is not used.
+    """
     if clip:
         grad = adaptive_clip_grad(grad, param, clipping, eps)
     if decay:
         grad = grad + weight_decay * param
-    new_buf = momentum * buf + grad
-    update = grad + momentum * new_buf if nesterov else new_buf
-    ops.assign(buf, new_buf)
-    return ops.assign(param, param - ops.cast(lr, param.dtype) * update)
+    lr = ops.cast(lr, param.dtype)
+    if nesterov:
+        applied = apply_momentum(param, buf, lr * momentum, grad, momentum)
+        return ops.depend(ops.assign_sub(param, lr * grad), applied)
+    return apply_momentum(param, buf, lr, grad, momentum)
 
 
 def _matches(name, keys):
@@ -155,13 +168,14 @@ class SGDAGC(nn.Optimizer):
         self.decay_flags = tuple(self.wd > 0 and not _matches(n, no_decay_keys) for n in names)
         self.clip_flags = tuple(self.clipping > 0 and not _matches(n, agc_exclude) for n in names)
         self.moments = self._parameters.clone(prefix="momentum", init="zeros")
+        self.apply_momentum = ops.ApplyMomentum()
 
     @mindspore.jit
     def construct(self, gradients):
         gradients = self.scale_grad(gradients)  # divide out a fixed loss scale, if any
         lr = self.get_lr()
         self.assignadd(self.global_step, self.global_step_increase_tensor)
-        step = ops.partial(_sgd_agc_step, lr, self.momentum, self.nesterov,
+        step = ops.partial(_sgd_agc_step, self.apply_momentum, lr, self.momentum, self.nesterov,
                            self.clipping, self.eps, self.wd)
         return self.hyper_map(step, self.clip_flags, self.decay_flags,
                               self._parameters, self.moments, gradients)

@@ -1,6 +1,8 @@
 """Stochastic depth (per-sample residual-branch dropout)."""
 from mindspore import nn, ops
 
+from .rowwise import mul_rows
+
 
 class DropPath(nn.Cell):
     """Drops the whole residual branch of a sample with probability `drop_prob` in training.
@@ -20,11 +22,10 @@ class DropPath(nn.Cell):
     def construct(self, x):
         if not self.training or self.keep_prob == 1.0:
             return x
-        shape = (x.shape[0],) + (1,) * (x.ndim - 1)
-        mask = ops.floor(self.keep_prob + ops.rand(shape, dtype=x.dtype))
+        mask = ops.floor(self.keep_prob + ops.rand((x.shape[0], 1), dtype=x.dtype))
         if self.scale_by_keep:
             mask = mask / self.keep_prob
-        return x * mask
+        return mul_rows(x.reshape(x.shape[0], -1), mask).reshape(x.shape)  # see rowwise.py
 
     def extend_repr(self):
         return f"drop_prob={1.0 - self.keep_prob:.4f}, scale_by_keep={self.scale_by_keep}"

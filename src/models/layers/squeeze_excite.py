@@ -4,7 +4,7 @@ import math
 from mindspore import nn, ops
 from mindspore.common.initializer import Normal, Zero
 
-from .pool import mean_hw, rowwise
+from .rowwise import mean_hw, rowwise, scale_channels
 
 
 class SqueezeExcite(nn.Cell):
@@ -26,4 +26,4 @@ class SqueezeExcite(nn.Cell):
         # slow on 1x1 feature maps (measured: minutes for a train step), a matmul is not.
         s = ops.relu(ops.dense(mean_hw(x), rowwise(self.fc1.weight), self.fc1.bias))
         s = ops.sigmoid(ops.dense(s, rowwise(self.fc2.weight), self.fc2.bias))
-        return x * s.reshape(s.shape[0], s.shape[1], 1, 1)
+        return scale_channels(x, s)

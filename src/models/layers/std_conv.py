@@ -6,8 +6,8 @@ import numpy as np
 from mindspore import Parameter, Tensor, nn, ops
 from mindspore.common.initializer import Normal, Zero, initializer
 
-from .conv2d_same import conv2d_same, default_conv_impl
-from .pool import rowwise
+from .conv2d_same import Conv2dSameMatmul, conv2d_same, default_conv_impl
+from .rowwise import mul_rows, rowwise
 
 
 class ScaledStdConv2d(nn.Cell):
@@ -34,6 +34,8 @@ class ScaledStdConv2d(nn.Cell):
         self.groups = groups
         self.eps = eps
         self.conv_impl = conv_impl or default_conv_impl()  # see conv2d_same.py: im2col on CPU
+        # im2col with a hand-written backward for training (see Conv2dSameMatmul)
+        self.matmul_conv = Conv2dSameMatmul(stride, groups) if self.conv_impl == "matmul" else None
         fan_in = in_channels // groups * kernel_size * kernel_size
         self.scale = gamma / math.sqrt(fan_in)
         shape = (out_channels, in_channels // groups, kernel_size, kernel_size)
@@ -44,15 +46,16 @@ class ScaledStdConv2d(nn.Cell):
 
     def standardized_weight(self):
         """The weight the convolution actually uses (float32, whatever the AMP level)."""
-        w = rowwise(self.weight.astype(ms.float32))  # (out, in*k*k): see pool.py on reductions
-        mean = ops.mean(w, 1, keep_dims=True)
-        centered = w - mean
+        w = rowwise(self.weight.astype(ms.float32))  # (out, in*k*k): see rowwise.py
+        centered = w - ops.broadcast_to(ops.mean(w, 1, keep_dims=True), w.shape)
         var = ops.mean(centered * centered, 1, keep_dims=True)
         scale = self.gain.astype(ms.float32).reshape(-1, 1) * self.scale
-        return (centered * (ops.rsqrt(var + self.eps) * scale)).reshape(self.weight.shape)
+        return mul_rows(centered, ops.rsqrt(var + self.eps) * scale).reshape(self.weight.shape)
 
     def construct(self, x):
         w = self.standardized_weight().astype(x.dtype)
+        if self.matmul_conv is not None:
+            return ops.bias_add(self.matmul_conv(x, w), self.bias.astype(x.dtype))
         return conv2d_same(x, w, self.bias.astype(x.dtype), self.stride, self.groups, self.conv_impl)
 
     def extend_repr(self):
