@@ -16,7 +16,7 @@ from mindspore import Parameter, Tensor, nn, ops
 from mindspore.common.initializer import Normal, Zero
 
 from .layers import DropPath, GammaAct, ScaledStdConv2d, SqueezeExcite
-from .layers.pool import mean_hw
+from .layers.rowwise import mean_hw
 from .registry import register_model
 
 
