@@ -14,8 +14,9 @@ the cores this process may use; torch.set_num_threads and src.tools.context.set_
             img/s from the median step after warm-up; compile s = first step - median step;
             peak resident memory of the whole process (ru_maxrss).
   eval      the eval-mode network at 256x256: batch 8 img/s and batch 1 latency (ours in Graph
-            mode, timm under torch.no_grad), and our folded MINDIR written by
-            src/deploy/export.py, loaded with mindspore.load + nn.GraphCell (against timm eager).
+            mode, timm under torch.no_grad).
+  mindir    our folded MINDIR written by src/deploy/export.py (one per batch size), loaded with
+            mindspore.load + nn.GraphCell, against timm eager.
   pipeline  training input pipeline img/s, 2 workers, batch 32, over a generated folder of 256
             JPEGs of 500x375 (benchmarks/data_pipeline.py): ours through build_train_dataset with
             the F0 config (decode, random resized crop, flip, RandAugment rand-m5-n4-mstd0.5-inc1,
@@ -36,6 +37,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import resource
 import signal
 import statistics
@@ -58,11 +60,15 @@ SIZES = {
     "quick": dict(arch="dm_nfnet_nano", train_batch=2, train_size=64, eval_batch=2, eval_size=64, warmup=2, steps=1,
                   num_images=16, pipeline_batch=8, pipeline_epochs=1),
 }
-WORKERS = ("train_ours", "train_timm", "eval_ours", "eval_timm", "pipeline_ours", "pipeline_timm", "mindrecord")
-# Seconds per worker in the default run; they add up to 19 minutes, the bound of a whole run.
-TIMEOUTS = {"train_ours": 360, "train_timm": 150, "eval_ours": 240, "eval_timm": 90, "pipeline_ours": 90,
-            "pipeline_timm": 90, "mindrecord": 120}
+WORKERS = ("train_ours", "train_timm", "eval_ours", "mindir_ours", "eval_timm", "pipeline_ours", "pipeline_timm",
+           "mindrecord")
+# Seconds per worker in the default run: together 19.25 minutes, the bound of a whole run. Measured on
+# the 2-core machine under a load of 4-5: train_ours 245 s, train_timm 86, eval_timm 90, pipelines 8-11,
+# mindrecord 38.
+TIMEOUTS = {"train_ours": 300, "train_timm": 120, "eval_ours": 240, "mindir_ours": 210, "eval_timm": 120,
+            "pipeline_ours": 45, "pipeline_timm": 45, "mindrecord": 75}
 QUICK_TIMEOUT = 120
+BUSY_LOAD = 0.5  # 1-minute load average above which the numbers are flagged as noisy
 
 # (key, label, unit, better, (ours worker, field), (reference worker, field))
 METRICS = (
@@ -75,9 +81,9 @@ METRICS = (
      ("eval_ours", "img_s"), ("eval_timm", "img_s")),
     ("eval_b1_ms", "eval b1 ms", "ms", "lower", ("eval_ours", "b1_ms"), ("eval_timm", "b1_ms")),
     ("mindir_img_s", "MINDIR b{eval_batch} img/s (vs timm eager)", "img/s", "higher",
-     ("eval_ours", "mindir_img_s"), ("eval_timm", "img_s")),
+     ("mindir_ours", "img_s"), ("eval_timm", "img_s")),
     ("mindir_b1_ms", "MINDIR b1 ms (vs timm eager)", "ms", "lower",
-     ("eval_ours", "mindir_b1_ms"), ("eval_timm", "b1_ms")),
+     ("mindir_ours", "b1_ms"), ("eval_timm", "b1_ms")),
     ("pipeline_img_s", "pipeline img/s ({workers} workers)", "img/s", "higher",
      ("pipeline_ours", "img_s"), ("pipeline_timm", "img_s")),
     ("mindrecord_img_s", "MindRecord img/s (timm col: our folder)", "img/s", "higher",
@@ -236,22 +242,33 @@ def _eval_timings(run, batch_size, opt, make_input):
     return out
 
 
-def eval_ours(opt):
-    """The eval-mode network in Graph mode, then its folded MINDIR (export.py's path) through GraphCell."""
+def _eval_network(opt):
+    """(eval-mode network of the F0 config's arch, its input maker) in Graph mode."""
     import mindspore as ms
 
     from src import builders
-    from src.deploy.export import create_deploy_network, export_network
 
     mindspore_setup(opt.threads)
     cfg = load_f0_config(opt.arch)
     network = builders.build_network(cfg)
     network.set_train(False)
+    return network, lambda batch: ms.Tensor(random_batch(batch, opt.eval_size, cfg.num_classes)[0])
 
-    def make_input(batch):
-        return ms.Tensor(random_batch(batch, opt.eval_size, cfg.num_classes)[0])
 
-    result = _eval_timings(lambda x, _: network(x).asnumpy(), opt.eval_batch, opt, make_input)
+def eval_ours(opt):
+    """The eval-mode network in Graph mode."""
+    network, make_input = _eval_network(opt)
+    return {**_eval_timings(lambda x, _: network(x).asnumpy(), opt.eval_batch, opt, make_input),
+            "peak_rss_mb": peak_rss_mb()}
+
+
+def mindir_ours(opt):
+    """The folded MINDIR, written by src/deploy/export.py for each batch size, run through nn.GraphCell."""
+    import mindspore as ms
+
+    from src.deploy.export import create_deploy_network, export_network
+
+    network, make_input = _eval_network(opt)
     deployed = create_deploy_network(network, "MINDIR")
     graphs, export_s = {}, {}
     with tempfile.TemporaryDirectory(prefix="bench_mindir_") as tmp:
@@ -260,8 +277,7 @@ def eval_ours(opt):
             path = export_network(deployed, "MINDIR", os.path.join(tmp, f"{opt.arch}_b{batch}"), batch, opt.eval_size)
             export_s[f"b{batch}"] = time.perf_counter() - start
             graphs[batch] = ms.nn.GraphCell(ms.load(path))
-        mindir = _eval_timings(lambda x, batch: graphs[batch](x).asnumpy(), opt.eval_batch, opt, make_input)
-    result.update({f"mindir_{key}": value for key, value in mindir.items()})
+        result = _eval_timings(lambda x, batch: graphs[batch](x).asnumpy(), opt.eval_batch, opt, make_input)
     return {**result, "export_s": export_s, "peak_rss_mb": peak_rss_mb()}
 
 
@@ -385,6 +401,14 @@ def last_lines(path, count=15):
     return lines[-count:]
 
 
+def error_line(log_path):
+    """': <the last exception line of the log>' (else its last line), or ''."""
+    lines = last_lines(log_path, 200)
+    found = [line for line in lines if re.match(r"[\w.]*(Error|Exception|Interrupt)\b", line)]
+    line = (found or lines or [""])[-1]
+    return f": {line[:300]}" if line else ""
+
+
 def run_worker(name, opt, timeout, workdir):
     """Run one worker in its own process group; {ok, error, duration_s, result, ...}."""
     json_out = os.path.join(workdir, f"{name}.json")
@@ -427,10 +451,9 @@ def run_worker(name, opt, timeout, workdir):
                 record["result"] = json.load(f)
             record["ok"] = True
         except (OSError, ValueError):
-            tail = last_lines(log_path, 1)
             signal_name = f" (signal {-proc.returncode}: {signal.Signals(-proc.returncode).name})" \
                 if proc.returncode < 0 else ""
-            record["error"] = f"exit status {proc.returncode}{signal_name}" + (f": {tail[0][:300]}" if tail else "")
+            record["error"] = f"exit status {proc.returncode}{signal_name}" + error_line(log_path)
     if not record["ok"]:
         record["log_tail"] = last_lines(log_path)
     return record
@@ -552,6 +575,11 @@ def drive(opt):
              f"torch {machine['torch']} / timm {machine['timm']}, {date}")
     plot_ratios(metrics, os.path.join(output_dir, "results.png"), title)
     print(format_table(metrics, workers))
+    load = machine["load_avg_at_start"][0]
+    if load > BUSY_LOAD:
+        print(f"warning: the machine was busy before the run (1-minute load average {load:.1f} on "
+              f"{machine['cores']} cores): numbers are noisy; PyTorch's threads slow down many-fold when another "
+              f"process holds a core")
     print(f"total {results['total_s']} s; {os.path.join(output_dir, 'results.json')}, "
           f"{os.path.join(output_dir, 'results.png')}")
     return results

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from benchmarks.bench import METRICS, collect_metrics, format_table
+from benchmarks.bench import METRICS, collect_metrics, error_line, format_table
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICK_METRICS = {key for key, *_ in METRICS} - {"mindrecord_img_s"}  # MindRecord: default run or --only
@@ -49,3 +49,12 @@ def test_a_failed_worker_is_a_reason_in_the_table_not_a_crash():
     assert row["timm"] == 2.0 and row["ratio"] is None and row["reasons"]["ratio"]
     table = format_table(metrics, workers)
     assert "n/a" in table and "train_ours failed after 360.0 s: timed out after 360 s" in table
+
+
+def test_the_reason_of_a_failed_worker_is_its_exception_line(tmp_path):
+    log = tmp_path / "worker.log"
+    log.write_text("[WARNING] ME: something\nTraceback (most recent call last):\n  File \"x.py\", line 1\n"
+                   "RuntimeError: Allocate memory failed\n----\n- C++ Call Stack:\n (See file 'analyze_fail.ir')\n")
+    assert error_line(str(log)) == ": RuntimeError: Allocate memory failed"
+    log.write_text("no exception here\n")
+    assert error_line(str(log)) == ": no exception here"
