@@ -27,24 +27,16 @@ def main(argv=None):
         raise UserError("no checkpoint to evaluate: give --checkpoint PATH")
     if not os.path.isfile(checkpoint):
         raise UserError(f"checkpoint not found: {checkpoint}")
-    if cfg.enable_modelarts:  # the data arrives with the copy, after init; settings checked now
-        from src.tools.modelarts import check_settings
+    from src.tools.modelarts import check_before_init, data_and_results
 
-        check_settings(cfg.data_url, cfg.train_url)
-    else:
-        check_layout(cfg)  # before the heavy imports
-
+    check_before_init(cfg, check_layout)  # before the heavy imports
     from src.tools.context import init_context
-    from src.tools.modelarts import modelarts_io
 
     ctx = init_context(cfg.device_target, cfg.device_id, cfg.mode, cfg.seed, cfg.deterministic, cfg.distribute,
                        cfg.cluster_timeout)
     output = args.output or os.path.join(os.path.dirname(os.path.abspath(checkpoint)),
                                          f"eval_{os.path.splitext(os.path.basename(checkpoint))[0]}.json")
-    with modelarts_io(cfg.enable_modelarts, cfg.data_url, cfg.train_url, output, local_dir=cfg.data_path,
-                      is_copier=ctx.local_rank == 0, is_main=ctx.is_main):
-        if cfg.enable_modelarts:
-            check_layout(cfg)
+    with data_and_results(cfg, ctx, output, check_layout):
         evaluate_checkpoint(cfg, ctx, checkpoint, output)
     return 0
 

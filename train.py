@@ -17,41 +17,30 @@ from src.config import UserError, parse_cli, run_cli, save_config
 
 def main(argv=None):
     _, cfg = parse_cli(argv, description="Train an NFNet (YAML config, --key value overrides).")
-    if cfg.enable_modelarts:  # the data arrives with the copy, after init; settings checked now
-        from src.tools.modelarts import check_settings
+    from src.tools.modelarts import check_before_init, data_and_results
 
-        check_settings(cfg.data_url, cfg.train_url)
-    else:
-        check_layout(cfg)  # before the heavy imports: a wrong path costs no graph build
-        check_checkpoint_paths(cfg)
-
+    check_before_init(cfg, check_inputs)  # before the heavy imports: a wrong path costs no graph build
     from src.tools.checkpointing import prepare_output_dir
     from src.tools.context import init_context
-    from src.tools.modelarts import modelarts_io
 
     ctx = init_context(cfg.device_target, cfg.device_id, cfg.mode, cfg.seed, cfg.deterministic, cfg.distribute,
                        cfg.cluster_timeout)
     output_dir = prepare_output_dir(cfg.output_dir, overwrite=cfg.overwrite_output, resume=cfg.resume is not None,
                                     is_main=ctx.is_main, share=ctx.from_main)
-    with modelarts_io(cfg.enable_modelarts, cfg.data_url, cfg.train_url, output_dir, local_dir=cfg.data_path,
-                      is_copier=ctx.local_rank == 0, is_main=ctx.is_main):
-        if cfg.enable_modelarts:
-            check_layout(cfg)
+    with data_and_results(cfg, ctx, output_dir, check_inputs):
         return train(cfg, ctx, output_dir)
 
 
-def check_checkpoint_paths(cfg):
-    for key in ("pretrained", "resume"):
-        path = getattr(cfg, key)
-        if path not in (None, "auto") and not os.path.isfile(path):
-            raise UserError(f"checkpoint not found: {path} (given as {key})")
-
-
-def check_layout(cfg):
+def check_inputs(cfg):
+    """The dataset layout and the checkpoint files named on the command line (one-line errors)."""
     from src.data.folder import check_dataset_layout
 
     check_dataset_layout(cfg.data_path, cfg.train_split, cfg.val_split if cfg.eval_while_train else None,
                          num_classes=cfg.num_classes)
+    for key in ("pretrained", "resume"):
+        path = getattr(cfg, key)
+        if path not in (None, "auto") and not os.path.isfile(path):
+            raise UserError(f"checkpoint not found: {path} (given as {key})")
 
 
 def train(cfg, ctx, output_dir):
