@@ -13,6 +13,7 @@ $(PY):
 # Stamp files: reinstall only when a requirements file changes.
 $(VENV)/.requirements: requirements.txt | $(PY)
 	$(PIP) install -r requirements.txt
+	$(PY) -m src.models.layers.cpu_kernels  # fused CPU kernels (g++); without them the operator forms run
 	touch $@
 
 $(VENV)/.requirements-demo: requirements-demo.txt $(VENV)/.requirements

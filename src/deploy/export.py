@@ -63,13 +63,15 @@ def create_deploy_network(network, file_format="MINDIR", conv_impl="auto"):
     set it; ONNX always gets native convolutions.
     """
     from .fold import fold_weight_standardization
-    from .gelu import use_elementary_gelu
+    from .gelu import use_elementary_gelu, use_operator_gelu
 
     if file_format == "ONNX":
         conv_impl = "native"
     folded = fold_weight_standardization(network, None if conv_impl == "auto" else conv_impl)
     if file_format == "ONNX":
         use_elementary_gelu(folded)
+    else:
+        use_operator_gelu(folded)
     return folded
 
 

@@ -53,9 +53,13 @@ def set_cpu_threads(num=None):
     """
     import mindspore as ms
 
+    from src.models.layers import cpu_kernels
+
     if num is None:
         num = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    ms.device_context.cpu.op_tuning.threads_num(max(1, int(num)))
+    num = max(1, int(num))
+    ms.device_context.cpu.op_tuning.threads_num(num)
+    cpu_kernels.set_threads(num)  # the fused kernels' threads, the same number
 
 
 def launched_distributed():

@@ -2,6 +2,8 @@
 import mindspore as ms
 from mindspore import nn, ops
 
+from . import cpu_kernels
+
 # gamma = 1 / std(act(z)) for z ~ N(0, 1), as published with the paper (Brock et al. 2021,
 # DeepMind nfnets/base.py) and used by timm.
 NONLINEARITY_GAMMA = {
@@ -53,9 +55,12 @@ class GammaAct(nn.Cell):
             raise ValueError(f"unknown activation {act_type!r}; allowed: {sorted(NONLINEARITY_GAMMA)}")
         self.act_type = act_type
         self.gamma = float(NONLINEARITY_GAMMA[act_type] if gamma is None else gamma)
-        # on CPU the exact GELU with its own backward (see ScaledGELU); elsewhere the built-in
-        self.scaled_gelu = ScaledGELU(self.gamma) if act_type == "gelu" and \
-            ms.get_context("device_target") == "CPU" else None
+        # on CPU the exact GELU with its own backward: one fused kernel each when the CPU
+        # kernels are built (cpu_kernels.py), else ScaledGELU; elsewhere the built-in
+        self.scaled_gelu = None
+        if act_type == "gelu" and ms.get_context("device_target") == "CPU":
+            self.scaled_gelu = cpu_kernels.FusedScaledGELU(self.gamma) if cpu_kernels.available() \
+                else ScaledGELU(self.gamma)
 
     def construct(self, x):
         if self.scaled_gelu is not None:

@@ -6,6 +6,7 @@ import numpy as np
 from mindspore import Parameter, Tensor, nn, ops
 from mindspore.common.initializer import Normal, Zero, initializer
 
+from . import cpu_kernels
 from .conv2d_same import Conv2dSameMatmul, conv2d_same, default_conv_impl
 from .rowwise import mul_rows, rowwise
 
@@ -34,8 +35,13 @@ class ScaledStdConv2d(nn.Cell):
         self.groups = groups
         self.eps = eps
         self.conv_impl = conv_impl or default_conv_impl()  # see conv2d_same.py: im2col on CPU
-        # im2col with a hand-written backward for training (see Conv2dSameMatmul)
-        self.matmul_conv = Conv2dSameMatmul(stride, groups) if self.conv_impl == "matmul" else None
+        # im2col with a hand-written backward: fused kernels when built (cpu_kernels.py), else
+        # MindSpore operators (Conv2dSameMatmul)
+        self.fused_conv = self.matmul_conv = None
+        if self.conv_impl == "matmul" and cpu_kernels.available():
+            self.fused_conv = cpu_kernels.FusedConv2dSame(kernel_size, stride, groups)
+        elif self.conv_impl == "matmul":
+            self.matmul_conv = Conv2dSameMatmul(stride, groups)
         fan_in = in_channels // groups * kernel_size * kernel_size
         self.scale = gamma / math.sqrt(fan_in)
         shape = (out_channels, in_channels // groups, kernel_size, kernel_size)
@@ -43,9 +49,14 @@ class ScaledStdConv2d(nn.Cell):
         self.weight = Parameter(initializer(Normal(1.0 / math.sqrt(fan_in)), shape, ms.float32), name="weight")
         self.bias = Parameter(initializer(Zero(), (out_channels,), ms.float32), name="bias")
         self.gain = Parameter(Tensor(np.full((out_channels, 1, 1, 1), gain_init, np.float32)), name="gain")
+        # on CPU one fused kernel for the standardization and one for its gradient (cpu_kernels.py)
+        self.fused_standardization = cpu_kernels.FusedWeightStandardization(self.scale, eps) \
+            if cpu_kernels.available() else None
 
     def standardized_weight(self):
         """The weight the convolution actually uses (float32, whatever the AMP level)."""
+        if self.fused_standardization is not None:  # CPU: float32 throughout
+            return self.fused_standardization(self.weight, self.gain)
         w = rowwise(self.weight.astype(ms.float32))  # (out, in*k*k): see rowwise.py
         centered = w - ops.broadcast_to(ops.mean(w, 1, keep_dims=True), w.shape)
         var = ops.mean(centered * centered, 1, keep_dims=True)
@@ -54,6 +65,8 @@ class ScaledStdConv2d(nn.Cell):
 
     def construct(self, x):
         w = self.standardized_weight().astype(x.dtype)
+        if self.fused_conv is not None:
+            return self.fused_conv(x, w, self.bias)
         if self.matmul_conv is not None:
             return ops.bias_add(self.matmul_conv(x, w), self.bias.astype(x.dtype))
         return conv2d_same(x, w, self.bias.astype(x.dtype), self.stride, self.groups, self.conv_impl)

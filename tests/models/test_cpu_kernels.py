@@ -1,0 +1,114 @@
+"""The fused CPU kernels compute what the MindSpore-operator forms and the float64 formulas do."""
+from math import erf, exp, pi, sqrt
+
+import mindspore as ms
+import numpy as np
+import pytest
+from mindspore import ops
+
+from src.deploy.export import create_deploy_network
+from src.models import create_model
+from src.models.layers import GammaAct, ScaledStdConv2d, cpu_kernels
+from src.models.layers.activations import NONLINEARITY_GAMMA, ScaledGELU
+
+pytestmark = pytest.mark.skipif(not cpu_kernels.available(), reason="fused CPU kernels not built (no g++)")
+
+
+def test_fused_gelu_matches_float64_formula_and_operator_form():
+    gamma = NONLINEARITY_GAMMA["gelu"]
+    xs = np.linspace(-8, 8, 4001).astype(np.float32)
+    ref = np.array([0.5 * v * (1 + erf(v / sqrt(2))) for v in xs.astype(np.float64)]) * gamma
+    ref_grad = np.array([0.5 * (1 + erf(v / sqrt(2))) + v * exp(-v * v / 2) / sqrt(2 * pi)
+                         for v in xs.astype(np.float64)]) * gamma
+    fused, operators = cpu_kernels.FusedScaledGELU(gamma), ScaledGELU(gamma)
+    x = ms.Tensor(xs)
+    y, grad = fused(x).asnumpy(), ms.grad(fused)(x).asnumpy()
+    # measured: 1.9e-6 / 1.1e-6 (the rational erf is within 5e-7 of float64 erf)
+    assert np.abs(y - ref).max() < 5e-6
+    assert np.abs(grad - ref_grad).max() < 5e-6
+    assert np.abs(y - operators(x).asnumpy()).max() < 5e-6
+    assert np.abs(grad - ms.grad(operators)(x).asnumpy()).max() < 5e-6
+
+
+def test_fused_gelu_is_elementwise_on_any_shape_and_scales_the_incoming_gradient():
+    rng = np.random.default_rng(0)
+    x = ms.Tensor(rng.standard_normal((2, 3, 5, 7)).astype(np.float32))
+    dout = ms.Tensor(rng.standard_normal((2, 3, 5, 7)).astype(np.float32))
+    fused, operators = cpu_kernels.FusedScaledGELU(1.3), ScaledGELU(1.3)
+    np.testing.assert_allclose(fused(x).asnumpy(), operators(x).asnumpy(), rtol=0, atol=5e-6)
+    vjp_fused = ms.vjp(fused, x)[1](dout)[0].asnumpy()
+    vjp_ops = ms.vjp(operators, x)[1](dout)[0].asnumpy()
+    np.testing.assert_allclose(vjp_fused, vjp_ops, rtol=0, atol=1e-5)
+
+
+class _StandardizedWeightLoss(ms.nn.Cell):
+    """sum(w_hat * up): its gradients are the backward of the standardization applied to `up`."""
+
+    def __init__(self, conv):
+        super().__init__()
+        self.conv = conv
+
+    def construct(self, up):
+        return (self.conv.standardized_weight() * up).sum()
+
+
+def _standardization_and_grads(conv, up):
+    net = _StandardizedWeightLoss(conv)
+    grads = ops.GradOperation(get_by_list=True)(net, ms.ParameterTuple([conv.weight, conv.gain]))(up)
+    return conv.standardized_weight().asnumpy(), [g.asnumpy() for g in grads]
+
+
+def test_fused_weight_standardization_matches_float64_and_operator_form():
+    rng = np.random.default_rng(1)
+    conv = ScaledStdConv2d(64, 96, 3, groups=2, gamma=1.7, eps=1e-5)
+    assert conv.fused_standardization is not None
+    w = (rng.standard_normal(conv.weight.shape) * 0.1 + 0.05).astype(np.float32)
+    gain = rng.standard_normal(conv.gain.shape).astype(np.float32)
+    conv.weight.set_data(ms.Tensor(w))
+    conv.gain.set_data(ms.Tensor(gain))
+    up = rng.standard_normal(conv.weight.shape).astype(np.float32)
+    w_fused, (dw_fused, dgain_fused) = _standardization_and_grads(conv, ms.Tensor(up))
+    conv.fused_standardization = None
+    w_ops, (dw_ops, dgain_ops) = _standardization_and_grads(conv, ms.Tensor(up))
+
+    # float64: w_hat = (w - mu) / sqrt(var + eps) * gain * gamma / sqrt(fan_in); its vector-Jacobian product
+    rows, u = w.reshape(96, -1).astype(np.float64), up.reshape(96, -1).astype(np.float64)
+    s = gain.reshape(96, 1).astype(np.float64) * 1.7 / np.sqrt(32 * 9)
+    rstd = 1 / np.sqrt(rows.var(1, keepdims=True) + 1e-5)
+    xhat = (rows - rows.mean(1, keepdims=True)) * rstd
+    g = u * s
+    dw_ref = rstd * (g - g.mean(1, keepdims=True) - xhat * (g * xhat).mean(1, keepdims=True))
+    dgain_ref = (u * xhat).sum(1) * 1.7 / np.sqrt(32 * 9)
+    np.testing.assert_allclose(w_fused.reshape(96, -1), xhat * s, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(dw_fused.reshape(96, -1), dw_ref, rtol=0, atol=2e-5)
+    np.testing.assert_allclose(dgain_fused.reshape(96), dgain_ref, rtol=0, atol=2e-5)
+    np.testing.assert_allclose(w_fused, w_ops, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(dw_fused, dw_ops, rtol=0, atol=2e-5)
+    np.testing.assert_allclose(dgain_fused, dgain_ops, rtol=0, atol=2e-5)
+
+
+def test_layers_fall_back_to_operator_forms_without_the_library(monkeypatch):
+    monkeypatch.setitem(cpu_kernels._state, "path", None)  # noqa: SLF001  as after a failed build
+    monkeypatch.setitem(cpu_kernels._state, "tried", True)  # noqa: SLF001
+    assert not cpu_kernels.available()
+    assert isinstance(GammaAct("gelu").scaled_gelu, ScaledGELU)
+    assert ScaledStdConv2d(8, 8, 3).fused_standardization is None
+
+
+def test_build_without_compiler_names_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("CXX", "no-such-compiler-xyz")
+    with pytest.raises(RuntimeError, match="no C.. compiler 'no-such-compiler-xyz'"):
+        cpu_kernels.build(str(tmp_path))
+    assert not list(tmp_path.iterdir())
+
+
+def test_exported_networks_use_no_fused_kernels():
+    net = create_model("dm_nfnet_nano", num_classes=10)
+    assert any(isinstance(c, cpu_kernels.FusedScaledGELU) for _, c in net.cells_and_names())
+    deployed = create_deploy_network(net, "MINDIR")
+    kinds = {type(c) for _, c in deployed.cells_and_names()}
+    assert ScaledGELU in kinds
+    assert not kinds & {cpu_kernels.FusedScaledGELU, cpu_kernels.FusedWeightStandardization}
+    x = ms.Tensor(np.random.default_rng(2).standard_normal((1, 3, 64, 64)).astype(np.float32))
+    net.set_train(False)
+    np.testing.assert_allclose(deployed(x).asnumpy(), net(x).asnumpy(), rtol=0, atol=1e-4)
