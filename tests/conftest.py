@@ -40,6 +40,24 @@ def graph_mode():
     mindspore.set_context(mode=mindspore.PYNATIVE_MODE)
 
 
+@pytest.fixture()
+def operator_forms(monkeypatch):
+    """Cells built in the test use their MindSpore-operator forms, as without the fused CPU kernels."""
+    from src.models.layers import cpu_kernels
+
+    monkeypatch.setitem(cpu_kernels._state, "path", None)  # noqa: SLF001  as after a failed build
+    monkeypatch.setitem(cpu_kernels._state, "tried", True)  # noqa: SLF001
+
+
+@pytest.fixture()
+def fused_kernels():
+    """Cells built in the test use the fused CPU kernels (skips where they cannot be built)."""
+    from src.models.layers import cpu_kernels
+
+    if not cpu_kernels.available():
+        pytest.skip("fused CPU kernels not built (no C++ compiler)")
+
+
 @pytest.fixture(scope="session")
 def digits_subset(tmp_path_factory):
     """make(train_per_class, val_per_class, short_val_class=None) -> root of a tiny digits copy.

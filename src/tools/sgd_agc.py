@@ -19,6 +19,7 @@ import mindspore
 from mindspore import Tensor, nn, ops
 from mindspore.ops import composite as C
 
+from src.models.layers import cpu_kernels
 from src.models.layers.rowwise import mul_rows, rowwise
 
 __all__ = ["unitwise_norm", "adaptive_clip_grad", "SGDAGC",
@@ -74,14 +75,8 @@ def adaptive_clip_grad(grad, param, clipping=0.01, eps=1e-3):
     return mul_rows(rowwise(grad), factor.reshape(-1, 1)).reshape(grad.shape)
 
 
-_sgd_agc_step = C.MultitypeFuncGraph("sgd_agc_step")
-
-
-@_sgd_agc_step.register("Function", "Tensor", "Number", "Bool", "Number", "Number", "Number",
-                        "Bool", "Bool", "Tensor", "Tensor", "Tensor")
-def _sgd_agc_step_dense(apply_momentum, lr, momentum, nesterov, clipping, eps, weight_decay,
-                        clip, decay, param, buf, grad):
-    """One AGC + weight decay + momentum update of one parameter (see the module docstring).
+def _momentum_step(apply_momentum, lr, momentum, nesterov, param, buf, grad):
+    """buf = momentum * buf + grad, then W -= lr * (grad + momentum * buf) (Nesterov) or lr * buf.
 
     The momentum step is MindSpore's fused, in-place ApplyMomentum (heavy ball:
     buf = momentum * buf + g; W -= lr * buf), one pass instead of five elementwise ops.
@@ -89,15 +84,41 @@ def _sgd_agc_step_dense(apply_momentum, lr, momentum, nesterov, clipping, eps, w
     W -= lr * g: the CPU kernel of ApplyMomentum(use_nesterov=True) ignores the flag in
     MindSpore 2.10 (measured), so it is not used.
     """
-    if clip:
-        grad = adaptive_clip_grad(grad, param, clipping, eps)
-    if decay:
-        grad = grad + weight_decay * param
     lr = ops.cast(lr, param.dtype)
     if nesterov:
         applied = apply_momentum(param, buf, lr * momentum, grad, momentum)
         return ops.depend(ops.assign_sub(param, lr * grad), applied)
     return apply_momentum(param, buf, lr, grad, momentum)
+
+
+_sgd_agc_step = C.MultitypeFuncGraph("sgd_agc_step")
+
+
+@_sgd_agc_step.register("Function", "Tensor", "Number", "Bool", "Number", "Number", "Number",
+                        "Bool", "Bool", "Tensor", "Tensor", "Tensor")
+def _sgd_agc_step_dense(apply_momentum, lr, momentum, nesterov, clipping, eps, weight_decay,
+                        clip, decay, param, buf, grad):
+    """One AGC + weight decay + momentum update of one parameter (see the module docstring)."""
+    if clip:
+        grad = adaptive_clip_grad(grad, param, clipping, eps)
+    if decay:
+        grad = grad + weight_decay * param
+    return _momentum_step(apply_momentum, lr, momentum, nesterov, param, buf, grad)
+
+
+_sgd_agc_step_fused = C.MultitypeFuncGraph("sgd_agc_step_fused")
+
+
+@_sgd_agc_step_fused.register("Function", "Function", "Tensor", "Number", "Bool",
+                              "Tensor", "Tensor", "Tensor", "Tensor")
+def _sgd_agc_step_fused_dense(apply_momentum, agc_kernel, lr, momentum, nesterov, consts, param, buf, grad):
+    """_sgd_agc_step_dense with AGC and weight decay in one fused CPU kernel (one pass per unit).
+
+    consts = [clipping (0: not clipped), eps, weight decay (0: not decayed)] of this parameter.
+    """
+    rows = 1 if _is_vector_like(grad.shape) else grad.shape[0]  # whole-tensor norm for vectors
+    grad = agc_kernel(grad.reshape(rows, -1), param.reshape(rows, -1), consts).reshape(grad.shape)
+    return _momentum_step(apply_momentum, lr, momentum, nesterov, param, buf, grad)
 
 
 def _matches(name, keys):
@@ -169,12 +190,21 @@ class SGDAGC(nn.Optimizer):
         self.clip_flags = tuple(self.clipping > 0 and not _matches(n, agc_exclude) for n in names)
         self.moments = self._parameters.clone(prefix="momentum", init="zeros")
         self.apply_momentum = ops.ApplyMomentum()
+        # on CPU AGC + weight decay as one fused kernel per parameter (src/models/layers/cpu_kernels.py)
+        self.agc_kernel = cpu_kernels.agc_decay_gradient_op() if cpu_kernels.available() else None
+        self.agc_consts = tuple(Tensor([self.clipping if clip else 0.0, self.eps, self.wd if decay else 0.0],
+                                       mindspore.float32)
+                                for clip, decay in zip(self.clip_flags, self.decay_flags))
 
     @mindspore.jit
     def construct(self, gradients):
         gradients = self.scale_grad(gradients)  # divide out a fixed loss scale, if any
         lr = self.get_lr()
         self.assignadd(self.global_step, self.global_step_increase_tensor)
+        if self.agc_kernel is not None:
+            step = ops.partial(_sgd_agc_step_fused, self.apply_momentum, self.agc_kernel, lr, self.momentum,
+                               self.nesterov)
+            return self.hyper_map(step, self.agc_consts, self._parameters, self.moments, gradients)
         step = ops.partial(_sgd_agc_step, self.apply_momentum, lr, self.momentum, self.nesterov,
                            self.clipping, self.eps, self.wd)
         return self.hyper_map(step, self.clip_flags, self.decay_flags,

@@ -181,7 +181,9 @@ def _three_steps_of_gradients():
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize("mode", ["pynative", "graph_mode"])
-def test_three_sgd_agc_steps_match_numpy_deepmind_sgd_agc(mode, request):
+@pytest.mark.parametrize("kernels", ["fused_kernels", "operator_forms"])
+def test_three_sgd_agc_steps_match_numpy_deepmind_sgd_agc(mode, kernels, request):
+    request.getfixturevalue(kernels)
     request.getfixturevalue(mode)
     params, grads = _three_steps_of_gradients()
     opt = _run_ours(params, grads)

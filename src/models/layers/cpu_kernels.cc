@@ -430,3 +430,37 @@ extern "C" int ChannelsToNCHWBiasBackward(int nparam, void **params, int *ndims,
   });
   return 0;
 }
+
+// The gradient SGD-AGC feeds to its momentum step (src/tools/sgd_agc.py), one pass per row:
+//   max_norm = clipping * max(||W_i||, eps); G_i *= max_norm / max(||G_i||, 1e-6) where ||G_i|| > max_norm;
+//   g = G + wd * W.
+// clipping <= 0 turns clipping off. params: grad (rows, k), param (rows, k), consts (3,) =
+// [clipping, eps, wd], g (rows, k).
+extern "C" int AgcDecayGradient(int nparam, void **params, int *ndims, int64_t **shapes,
+                                const char **dtypes, void *, void *) {
+  if (nparam != 4 || !all_float32(4, dtypes) || ndims[0] != 2) return 1;
+  const float *grad = static_cast<const float *>(params[0]);
+  const float *param = static_cast<const float *>(params[1]);
+  const float *consts = static_cast<const float *>(params[2]);
+  const float clipping = consts[0], eps = consts[1], wd = consts[2];
+  float *out = static_cast<float *>(params[3]);
+  const int64_t rows = shapes[0][0], k = shapes[0][1];
+  parallel_for(rows, [&](int64_t r) {
+    const float *gr = grad + r * k;
+    const float *pr = param + r * k;
+    float factor = 1.0f;
+    if (clipping > 0.0f) {
+      double gsq = 0.0, psq = 0.0;
+      for (int64_t j = 0; j < k; ++j) {
+        gsq += static_cast<double>(gr[j]) * gr[j];
+        psq += static_cast<double>(pr[j]) * pr[j];
+      }
+      const float max_norm = clipping * std::max(static_cast<float>(std::sqrt(psq)), eps);
+      const float gnorm = static_cast<float>(std::sqrt(gsq));
+      if (gnorm > max_norm) factor = max_norm / std::max(gnorm, 1e-6f);
+    }
+    float *o = out + r * k;
+    for (int64_t j = 0; j < k; ++j) o[j] = gr[j] * factor + wd * pr[j];
+  });
+  return 0;
+}

@@ -166,6 +166,12 @@ class FusedWeightStandardization(nn.Cell):
         return type(self)(self.scale, self.eps)
 
 
+def agc_decay_gradient_op():
+    """AgcDecayGradient(grad (rows, k), param (rows, k), [clipping, eps, wd]) -> the clipped, decayed
+    gradient: adaptive gradient clipping per row plus weight decay in one pass (src/tools/sgd_agc.py)."""
+    return _custom("AgcDecayGradient", lambda g, p, c: g, lambda g, p, c: g)
+
+
 def _same_out(size, stride):
     return -(-size // stride)
 
