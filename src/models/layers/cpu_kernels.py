@@ -28,7 +28,7 @@ import mindspore as ms
 from mindspore import Tensor, nn, ops
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_kernels.cc")
-CXX_FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-pthread", "-shared", "-fPIC", "-std=c++17")
+CXX_FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fopenmp-simd", "-pthread", "-shared", "-fPIC", "-std=c++17")
 
 _state = {"path": None, "tried": False, "threads": 0}
 
