@@ -63,16 +63,37 @@ def create_deploy_network(network, file_format="MINDIR", conv_impl="auto"):
     set it; ONNX always gets native convolutions.
     """
     from .fold import fold_weight_standardization
-    from .gelu import use_elementary_gelu, use_operator_gelu
+    from .gelu import use_elementary_gelu
 
     if file_format == "ONNX":
         conv_impl = "native"
     folded = fold_weight_standardization(network, None if conv_impl == "auto" else conv_impl)
+    use_operator_forms(folded)
     if file_format == "ONNX":
         use_elementary_gelu(folded)
-    else:
-        use_operator_gelu(folded)
     return folded
+
+
+def use_operator_forms(network):
+    """Swap the fused CPU kernels of `network` (in place) for their MindSpore-operator forms; return the count.
+
+    The fused kernels (src/models/layers/cpu_kernels.py) live in a library built on this
+    machine, so an exported model must not refer to them. Folding has already replaced the
+    convolutions; the GELUs and the per-row scales (SE, DropPath) remain.
+    """
+    from src.models.layers import GammaAct
+    from src.models.layers.activations import ScaledGELU
+    from src.models.layers.cpu_kernels import FusedMulRows, FusedScaledGELU
+
+    count = 0
+    for _, cell in network.cells_and_names():
+        if isinstance(cell, GammaAct) and isinstance(cell.scaled_gelu, FusedScaledGELU):
+            cell.scaled_gelu = ScaledGELU(cell.gamma)
+            count += 1
+        if isinstance(getattr(cell, "fused_mul_rows", None), FusedMulRows):
+            cell.fused_mul_rows = None
+            count += 1
+    return count
 
 
 def export_network(network, file_format, file_name, batch_size, image_size, overwrite=False):

@@ -22,8 +22,6 @@ import math
 from mindspore import nn, ops
 
 from src.models.layers import GammaAct
-from src.models.layers.activations import ScaledGELU
-from src.models.layers.cpu_kernels import FusedScaledGELU
 
 from .cells import replace_cells
 
@@ -59,19 +57,6 @@ class ElementaryGammaGELU(nn.Cell):
 
     def construct(self, x):
         return x * normal_cdf(x) * self.gamma
-
-
-def use_operator_gelu(network):
-    """Swap the fused-kernel GELUs of `network` (in place) for their MindSpore-operator form; return the count.
-
-    The fused CPU kernels (src/models/layers/cpu_kernels.py) live in a library built on this
-    machine, so an exported model must not refer to them.
-    """
-    acts = [cell for _, cell in network.cells_and_names()
-            if isinstance(cell, GammaAct) and isinstance(cell.scaled_gelu, FusedScaledGELU)]
-    for act in acts:
-        act.scaled_gelu = ScaledGELU(act.gamma)
-    return len(acts)
 
 
 def use_elementary_gelu(network):

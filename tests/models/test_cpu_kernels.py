@@ -10,6 +10,7 @@ from src.deploy.export import create_deploy_network
 from src.models import create_model
 from src.models.layers import GammaAct, ScaledStdConv2d, cpu_kernels
 from src.models.layers.activations import NONLINEARITY_GAMMA, ScaledGELU
+from src.models.layers.rowwise import mul_rows
 
 pytestmark = pytest.mark.skipif(not cpu_kernels.available(), reason="fused CPU kernels not built (no g++)")
 
@@ -107,7 +108,22 @@ def test_exported_networks_use_no_fused_kernels():
     deployed = create_deploy_network(net, "MINDIR")
     kinds = {type(c) for _, c in deployed.cells_and_names()}
     assert ScaledGELU in kinds
-    assert not kinds & {cpu_kernels.FusedScaledGELU, cpu_kernels.FusedWeightStandardization}
+    assert not kinds & {cpu_kernels.FusedScaledGELU, cpu_kernels.FusedWeightStandardization,
+                        cpu_kernels.FusedConv2dSame, cpu_kernels.FusedMulRows}
     x = ms.Tensor(np.random.default_rng(2).standard_normal((1, 3, 64, 64)).astype(np.float32))
     net.set_train(False)
     np.testing.assert_allclose(deployed(x).asnumpy(), net(x).asnumpy(), rtol=0, atol=1e-4)
+
+
+def test_fused_mul_rows_matches_operator_form_and_its_gradient():
+    rng = np.random.default_rng(3)
+    rows = ms.Tensor(rng.standard_normal((6, 50)).astype(np.float32))
+    factor = ms.Tensor(rng.standard_normal((6, 1)).astype(np.float32))
+    dout = ms.Tensor(rng.standard_normal((6, 50)).astype(np.float32))
+    fused = cpu_kernels.FusedMulRows()
+    np.testing.assert_array_equal(fused(rows, factor).asnumpy(), mul_rows(rows, factor).asnumpy())
+    got = ms.vjp(fused, rows, factor)[1](dout)
+    want = ms.vjp(mul_rows, rows, factor)[1](dout)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g.asnumpy(), w.asnumpy(), rtol=1e-5, atol=1e-5)

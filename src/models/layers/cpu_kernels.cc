@@ -492,3 +492,48 @@ extern "C" int AgcDecayGradient(int nparam, void **params, int *ndims, int64_t *
   });
   return 0;
 }
+
+// rows (r, k) times factor (r, 1): one scale per row (SE gates, stochastic-depth masks).
+// params: rows, factor, out.
+extern "C" int MulRows(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *,
+                       void *) {
+  if (nparam != 3 || !all_float32(3, dtypes) || ndims[0] != 2) return 1;
+  const float *x = static_cast<const float *>(params[0]);
+  const float *factor = static_cast<const float *>(params[1]);
+  float *out = static_cast<float *>(params[2]);
+  const int64_t rows = shapes[0][0], k = shapes[0][1];
+  parallel_for(rows, [&](int64_t r) {
+    const float f = factor[r];
+    const float *src = x + r * k;
+    float *dst = out + r * k;
+    for (int64_t j = 0; j < k; ++j) dst[j] = src[j] * f;
+  });
+  return 0;
+}
+
+// Backward of MulRows: drows = dout * factor, dfactor = row sums of dout * rows.
+// params: rows, factor, dout, drows, dfactor.
+extern "C" int MulRowsBackward(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
+                               void *, void *) {
+  if (nparam != 5 || !all_float32(5, dtypes) || ndims[0] != 2) return 1;
+  const float *x = static_cast<const float *>(params[0]);
+  const float *factor = static_cast<const float *>(params[1]);
+  const float *dout = static_cast<const float *>(params[2]);
+  float *dx = static_cast<float *>(params[3]);
+  float *dfactor = static_cast<float *>(params[4]);
+  const int64_t rows = shapes[0][0], k = shapes[0][1];
+  parallel_for(rows, [&](int64_t r) {
+    const float f = factor[r];
+    const float *xr = x + r * k;
+    const float *dr = dout + r * k;
+    float *o = dx + r * k;
+    double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < k; ++j) {
+      o[j] = dr[j] * f;
+      sum += static_cast<double>(dr[j]) * xr[j];
+    }
+    dfactor[r] = static_cast<float>(sum);
+  });
+  return 0;
+}

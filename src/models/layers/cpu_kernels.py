@@ -166,6 +166,28 @@ class FusedWeightStandardization(nn.Cell):
         return type(self)(self.scale, self.eps)
 
 
+class FusedMulRows(nn.Cell):
+    """rows (R, K) times factor (R, 1) and its gradient, one pass each (rowwise.mul_rows fused).
+
+    The operator form broadcasts the factor to an (R, K) tensor that the graph keeps for the
+    backward; here only the two inputs are kept.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.forward = _custom("MulRows", lambda x, f: x, lambda x, f: x)
+        self.backward = _custom("MulRowsBackward", lambda x, f, d: (x, f), lambda x, f, d: (x, f))
+
+    def construct(self, rows, factor):
+        return self.forward(rows, factor)
+
+    def bprop(self, rows, factor, out, dout):
+        return self.backward(rows, factor, dout)
+
+    def __deepcopy__(self, memo):
+        return type(self)()
+
+
 def agc_decay_gradient_op():
     """AgcDecayGradient(grad (rows, k), param (rows, k), [clipping, eps, wd]) -> the clipped, decayed
     gradient: adaptive gradient clipping per row plus weight decay in one pass (src/tools/sgd_agc.py)."""

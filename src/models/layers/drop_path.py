@@ -1,6 +1,7 @@
 """Stochastic depth (per-sample residual-branch dropout)."""
 from mindspore import nn, ops
 
+from . import cpu_kernels
 from .rowwise import mul_rows
 
 
@@ -18,6 +19,7 @@ class DropPath(nn.Cell):
             raise ValueError(f"drop_prob must be in [0, 1), got {drop_prob}")
         self.keep_prob = 1.0 - float(drop_prob)
         self.scale_by_keep = scale_by_keep
+        self.fused_mul_rows = cpu_kernels.FusedMulRows() if cpu_kernels.available() else None  # CPU
 
     def construct(self, x):
         if not self.training or self.keep_prob == 1.0:
@@ -25,6 +27,8 @@ class DropPath(nn.Cell):
         mask = ops.floor(self.keep_prob + ops.rand((x.shape[0], 1), dtype=x.dtype))
         if self.scale_by_keep:
             mask = mask / self.keep_prob
+        if self.fused_mul_rows is not None:
+            return self.fused_mul_rows(x.reshape(x.shape[0], -1), mask).reshape(x.shape)
         return mul_rows(x.reshape(x.shape[0], -1), mask).reshape(x.shape)  # see rowwise.py
 
     def extend_repr(self):
