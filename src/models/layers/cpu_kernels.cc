@@ -386,23 +386,30 @@ extern "C" int Col2ImSame(int nparam, void **params, int *ndims, int64_t **shape
   if (!conv_geometry(shapes[1], ndims[2], shapes[2], &g)) return 1;
   float *dx = static_cast<float *>(params[3]);
   const int64_t taps = g.kh * g.kw, cols = g.n * g.oh * g.ow;
-  // one (sample, channel) plane per iteration: no two threads write the same element
-  parallel_for(g.n * g.c, [&](int64_t plane_index) {
-    const int64_t s = plane_index / g.c, c = plane_index % g.c;
-    {
+  // one channel per iteration (its n planes): no two threads write the same element, and the
+  // channel's patch rows are read front to back
+  parallel_for(g.c, [&](int64_t c) {
+    for (int64_t s = 0; s < g.n; ++s) {
       float *plane = dx + (s * g.c + c) * g.h * g.w;
       std::fill(plane, plane + g.h * g.w, 0.0f);
-      for (int64_t tap = 0; tap < taps; ++tap) {
-        const int64_t i = tap / g.kw, j = tap % g.kw;
-        int64_t first, last;
-        valid_columns(j, g.left, g.stride, g.w, g.ow, &first, &last);
-        const float *row = dpatches + (c * taps + tap) * cols + s * g.oh * g.ow;
+    }
+    for (int64_t tap = 0; tap < taps; ++tap) {
+      const int64_t i = tap / g.kw, j = tap % g.kw;
+      int64_t first, last;
+      valid_columns(j, g.left, g.stride, g.w, g.ow, &first, &last);
+      const float *row = dpatches + (c * taps + tap) * cols;
+      for (int64_t s = 0; s < g.n; ++s) {
+        float *plane = dx + (s * g.c + c) * g.h * g.w;
         for (int64_t oy = 0; oy < g.oh; ++oy) {
           const int64_t iy = oy * g.stride + i - g.top;
           if (iy < 0 || iy >= g.h) continue;
-          const float *src = row + oy * g.ow;
-          float *dst = plane + iy * g.w;
-          for (int64_t ox = first; ox < last; ++ox) dst[ox * g.stride + j - g.left] += src[ox];
+          const float *src = row + (s * g.oh + oy) * g.ow;
+          const int64_t base = iy * g.w + j - g.left;  // input column of ox: ox * stride + j - left
+          if (g.stride == 1) {
+            for (int64_t ox = first; ox < last; ++ox) plane[base + ox] += src[ox];
+          } else {
+            for (int64_t ox = first; ox < last; ++ox) plane[base + ox * g.stride] += src[ox];
+          }
         }
       }
     }
