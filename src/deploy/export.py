@@ -82,13 +82,12 @@ def use_operator_forms(network):
     convolutions; the GELUs and the per-row scales (SE, DropPath) remain.
     """
     from src.models.layers import GammaAct
-    from src.models.layers.activations import ScaledGELU
     from src.models.layers.cpu_kernels import FusedMulRows, FusedScaledGELU
 
     count = 0
     for _, cell in network.cells_and_names():
-        if isinstance(cell, GammaAct) and isinstance(cell.scaled_gelu, FusedScaledGELU):
-            cell.scaled_gelu = ScaledGELU(cell.gamma)
+        if isinstance(cell, GammaAct) and isinstance(cell.fused_gelu, FusedScaledGELU):
+            cell.fused_gelu = None
             count += 1
         if isinstance(getattr(cell, "fused_mul_rows", None), FusedMulRows):
             cell.fused_mul_rows = None

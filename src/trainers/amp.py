@@ -35,14 +35,16 @@ applies a level without the device check (used by the tests to inspect an O2 net
 import mindspore
 from mindspore import amp
 
-from src.models.layers import SqueezeExcite
+from src.models.layers import SqueezeExcite, cpu_kernels
 
 __all__ = ["prepare_amp", "KEEP_FP32_CELLS", "AMP_LEVELS"]
 
 AMP_LEVELS = ("O0", "O1", "O2", "O3")
 
-# Cell types that always run in float32 (see the module docstring for the rest).
-KEEP_FP32_CELLS = (SqueezeExcite,)
+# Cell types that always run in float32 (see the module docstring for the rest); the fused
+# CPU kernels (cpu_kernels.py) are float32 only.
+KEEP_FP32_CELLS = (SqueezeExcite, cpu_kernels.FusedWeightStandardization, cpu_kernels.FusedScaledGELU,
+                   cpu_kernels.FusedConv2dSame, cpu_kernels.FusedMulRows)
 
 _DTYPES = {"float16": mindspore.float16, "bfloat16": mindspore.bfloat16}
 

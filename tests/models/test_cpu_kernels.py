@@ -90,7 +90,8 @@ def test_fused_weight_standardization_matches_float64_and_operator_form():
 
 def test_layers_fall_back_to_operator_forms_without_the_library(operator_forms):
     assert not cpu_kernels.available()
-    assert isinstance(GammaAct("gelu").scaled_gelu, ScaledGELU)
+    act = GammaAct("gelu")
+    assert act.fused_gelu is None and isinstance(act.scaled_gelu, ScaledGELU)
     conv = ScaledStdConv2d(8, 8, 3, conv_impl="matmul")
     assert conv.fused_standardization is None and conv.fused_conv is None and conv.matmul_conv is not None
 

@@ -55,14 +55,17 @@ class GammaAct(nn.Cell):
             raise ValueError(f"unknown activation {act_type!r}; allowed: {sorted(NONLINEARITY_GAMMA)}")
         self.act_type = act_type
         self.gamma = float(NONLINEARITY_GAMMA[act_type] if gamma is None else gamma)
-        # on CPU the exact GELU with its own backward: one fused kernel each when the CPU
-        # kernels are built (cpu_kernels.py), else ScaledGELU; elsewhere the built-in
-        self.scaled_gelu = None
+        # on CPU the exact GELU with its own backward: one fused kernel each for float32 when
+        # the CPU kernels are built (cpu_kernels.py), else ScaledGELU; elsewhere the built-in
+        self.scaled_gelu = self.fused_gelu = None
         if act_type == "gelu" and ms.get_context("device_target") == "CPU":
-            self.scaled_gelu = cpu_kernels.FusedScaledGELU(self.gamma) if cpu_kernels.available() \
-                else ScaledGELU(self.gamma)
+            self.scaled_gelu = ScaledGELU(self.gamma)
+            if cpu_kernels.available():
+                self.fused_gelu = cpu_kernels.FusedScaledGELU(self.gamma)
 
     def construct(self, x):
+        if self.fused_gelu is not None and x.dtype == ms.float32:
+            return self.fused_gelu(x)
         if self.scaled_gelu is not None:
             return self.scaled_gelu(x)
         if self.act_type == "gelu":

@@ -1,4 +1,5 @@
 """Stochastic depth (per-sample residual-branch dropout)."""
+import mindspore as ms
 from mindspore import nn, ops
 
 from . import cpu_kernels
@@ -27,7 +28,7 @@ class DropPath(nn.Cell):
         mask = ops.floor(self.keep_prob + ops.rand((x.shape[0], 1), dtype=x.dtype))
         if self.scale_by_keep:
             mask = mask / self.keep_prob
-        if self.fused_mul_rows is not None:
+        if self.fused_mul_rows is not None and x.dtype == ms.float32:
             return self.fused_mul_rows(x.reshape(x.shape[0], -1), mask).reshape(x.shape)
         return mul_rows(x.reshape(x.shape[0], -1), mask).reshape(x.shape)  # see rowwise.py
 

@@ -1,6 +1,7 @@
 """Squeeze-and-excitation gating."""
 import math
 
+import mindspore as ms
 from mindspore import nn, ops
 from mindspore.common.initializer import Normal, Zero
 
@@ -28,7 +29,7 @@ class SqueezeExcite(nn.Cell):
         # slow on 1x1 feature maps (measured: minutes for a train step), a matmul is not.
         s = ops.relu(ops.dense(mean_hw(x), rowwise(self.fc1.weight), self.fc1.bias))
         s = ops.sigmoid(ops.dense(s, rowwise(self.fc2.weight), self.fc2.bias))
-        if self.fused_mul_rows is not None:
+        if self.fused_mul_rows is not None and x.dtype == s.dtype == ms.float32:
             n, c = x.shape[0], x.shape[1]
             return self.fused_mul_rows(x.reshape(n * c, -1), s.reshape(n * c, 1)).reshape(x.shape)
         return scale_channels(x, s)

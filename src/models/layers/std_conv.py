@@ -37,11 +37,12 @@ class ScaledStdConv2d(nn.Cell):
         self.conv_impl = conv_impl or default_conv_impl()  # see conv2d_same.py: im2col on CPU
         # im2col with a hand-written backward: fused kernels when built (cpu_kernels.py), else
         # MindSpore operators (Conv2dSameMatmul)
+        # (the kernels are float32: other input dtypes take the operator form)
         self.fused_conv = self.matmul_conv = None
-        if self.conv_impl == "matmul" and cpu_kernels.available():
-            self.fused_conv = cpu_kernels.FusedConv2dSame(kernel_size, stride, groups)
-        elif self.conv_impl == "matmul":
+        if self.conv_impl == "matmul":
             self.matmul_conv = Conv2dSameMatmul(stride, groups)
+            if cpu_kernels.available():
+                self.fused_conv = cpu_kernels.FusedConv2dSame(kernel_size, stride, groups)
         fan_in = in_channels // groups * kernel_size * kernel_size
         self.scale = gamma / math.sqrt(fan_in)
         shape = (out_channels, in_channels // groups, kernel_size, kernel_size)
@@ -65,7 +66,7 @@ class ScaledStdConv2d(nn.Cell):
 
     def construct(self, x):
         w = self.standardized_weight().astype(x.dtype)
-        if self.fused_conv is not None:
+        if self.fused_conv is not None and x.dtype == ms.float32:
             return self.fused_conv(x, w, self.bias)
         if self.matmul_conv is not None:
             return ops.bias_add(self.matmul_conv(x, w), self.bias.astype(x.dtype))
