@@ -191,10 +191,12 @@ class SGDAGC(nn.Optimizer):
         self.moments = self._parameters.clone(prefix="momentum", init="zeros")
         self.apply_momentum = ops.ApplyMomentum()
         # on CPU AGC + weight decay as one fused kernel per parameter (src/models/layers/cpu_kernels.py)
-        self.agc_kernel = cpu_kernels.agc_decay_gradient_op() if cpu_kernels.available() else None
-        self.agc_consts = tuple(Tensor([self.clipping if clip else 0.0, self.eps, self.wd if decay else 0.0],
-                                       mindspore.float32)
-                                for clip, decay in zip(self.clip_flags, self.decay_flags))
+        self.agc_kernel = self.agc_consts = None
+        if cpu_kernels.available():
+            self.agc_kernel = cpu_kernels.agc_decay_gradient_op()
+            self.agc_consts = tuple(Tensor([self.clipping if clip else 0.0, self.eps, self.wd if decay else 0.0],
+                                           mindspore.float32)
+                                    for clip, decay in zip(self.clip_flags, self.decay_flags))
 
     @mindspore.jit
     def construct(self, gradients):

@@ -1,6 +1,4 @@
 """The fused CPU kernels compute what the MindSpore-operator forms and the float64 formulas do."""
-from math import erf, exp, pi, sqrt
-
 import mindspore as ms
 import numpy as np
 import pytest
@@ -9,26 +7,10 @@ from mindspore import ops
 from src.deploy.export import create_deploy_network
 from src.models import create_model
 from src.models.layers import GammaAct, ScaledStdConv2d, cpu_kernels
-from src.models.layers.activations import NONLINEARITY_GAMMA, ScaledGELU
+from src.models.layers.activations import ScaledGELU
 from src.models.layers.rowwise import mul_rows
 
 pytestmark = pytest.mark.skipif(not cpu_kernels.available(), reason="fused CPU kernels not built (no g++)")
-
-
-def test_fused_gelu_matches_float64_formula_and_operator_form():
-    gamma = NONLINEARITY_GAMMA["gelu"]
-    xs = np.linspace(-8, 8, 4001).astype(np.float32)
-    ref = np.array([0.5 * v * (1 + erf(v / sqrt(2))) for v in xs.astype(np.float64)]) * gamma
-    ref_grad = np.array([0.5 * (1 + erf(v / sqrt(2))) + v * exp(-v * v / 2) / sqrt(2 * pi)
-                         for v in xs.astype(np.float64)]) * gamma
-    fused, operators = cpu_kernels.FusedScaledGELU(gamma), ScaledGELU(gamma)
-    x = ms.Tensor(xs)
-    y, grad = fused(x).asnumpy(), ms.grad(fused)(x).asnumpy()
-    # measured: 1.9e-6 / 1.1e-6 (the rational erf is within 5e-7 of float64 erf)
-    assert np.abs(y - ref).max() < 5e-6
-    assert np.abs(grad - ref_grad).max() < 5e-6
-    assert np.abs(y - operators(x).asnumpy()).max() < 5e-6
-    assert np.abs(grad - ms.grad(operators)(x).asnumpy()).max() < 5e-6
 
 
 def test_fused_gelu_is_elementwise_on_any_shape_and_scales_the_incoming_gradient():

@@ -115,6 +115,10 @@ void parallel_for(int64_t n, F body) {
   });
 }
 
+// The i-th parameter of an aot kernel as a float32 input or output.
+inline const float *input(void **params, int i) { return static_cast<const float *>(params[i]); }
+inline float *output(void **params, int i) { return static_cast<float *>(params[i]); }
+
 int64_t numel(int ndim, const int64_t *shape) {
   int64_t n = 1;
   for (int i = 0; i < ndim; ++i) n *= shape[i];
@@ -182,9 +186,9 @@ extern "C" void NfnetKernelsSetThreads(int num) { g_threads = num; }
 extern "C" int ScaledGeluForward(int nparam, void **params, int *ndims, int64_t **shapes,
                                  const char **dtypes, void *, void *) {
   if (nparam != 3 || !all_float32(3, dtypes)) return 1;
-  const float *x = static_cast<const float *>(params[0]);
-  const float half_gamma = 0.5f * static_cast<const float *>(params[1])[0];
-  float *y = static_cast<float *>(params[2]);
+  const float *x = input(params, 0);
+  const float half_gamma = 0.5f * input(params, 1)[0];
+  float *y = output(params, 2);
   const int64_t n = numel(ndims[0], shapes[0]);
   parallel_for(n, [&](int64_t i) { y[i] = half_gamma * x[i] * (1.0f + erf_f32(x[i] * kSqrtHalf)); });
   return 0;
@@ -194,10 +198,10 @@ extern "C" int ScaledGeluForward(int nparam, void **params, int *ndims, int64_t 
 extern "C" int ScaledGeluBackward(int nparam, void **params, int *ndims, int64_t **shapes,
                                   const char **dtypes, void *, void *) {
   if (nparam != 4 || !all_float32(4, dtypes)) return 1;
-  const float *x = static_cast<const float *>(params[0]);
-  const float *dy = static_cast<const float *>(params[1]);
-  const float gamma = static_cast<const float *>(params[2])[0];
-  float *dx = static_cast<float *>(params[3]);
+  const float *x = input(params, 0);
+  const float *dy = input(params, 1);
+  const float gamma = input(params, 2)[0];
+  float *dx = output(params, 3);
   const int64_t n = numel(ndims[0], shapes[0]);
   parallel_for(n, [&](int64_t i) {
     const float v = x[i];
@@ -234,11 +238,11 @@ inline void row_stats(const float *w, int64_t k, float eps, float *mean, float *
 extern "C" int WeightStandardizeForward(int nparam, void **params, int *ndims, int64_t **shapes,
                                         const char **dtypes, void *, void *) {
   if (nparam != 4 || !all_float32(4, dtypes)) return 1;
-  const float *w = static_cast<const float *>(params[0]);
-  const float *gain = static_cast<const float *>(params[1]);
-  const float scale = static_cast<const float *>(params[2])[0];
-  const float eps = static_cast<const float *>(params[2])[1];
-  float *out = static_cast<float *>(params[3]);
+  const float *w = input(params, 0);
+  const float *gain = input(params, 1);
+  const float scale = input(params, 2)[0];
+  const float eps = input(params, 2)[1];
+  float *out = output(params, 3);
   const int64_t rows = shapes[0][0];
   const int64_t k = numel(ndims[0], shapes[0]) / rows;
   parallel_for(rows, [&](int64_t r) {
@@ -258,13 +262,13 @@ extern "C" int WeightStandardizeForward(int nparam, void **params, int *ndims, i
 extern "C" int WeightStandardizeBackward(int nparam, void **params, int *ndims, int64_t **shapes,
                                          const char **dtypes, void *, void *) {
   if (nparam != 6 || !all_float32(6, dtypes)) return 1;
-  const float *w = static_cast<const float *>(params[0]);
-  const float *gain = static_cast<const float *>(params[1]);
-  const float scale = static_cast<const float *>(params[2])[0];
-  const float eps = static_cast<const float *>(params[2])[1];
-  const float *dout = static_cast<const float *>(params[3]);
-  float *dw = static_cast<float *>(params[4]);
-  float *dgain = static_cast<float *>(params[5]);
+  const float *w = input(params, 0);
+  const float *gain = input(params, 1);
+  const float scale = input(params, 2)[0];
+  const float eps = input(params, 2)[1];
+  const float *dout = input(params, 3);
+  float *dw = output(params, 4);
+  float *dgain = output(params, 5);
   const int64_t rows = shapes[0][0];
   const int64_t k = numel(ndims[0], shapes[0]) / rows;
   parallel_for(rows, [&](int64_t r) {
@@ -339,10 +343,10 @@ extern "C" int Im2ColSame(int nparam, void **params, int *ndims, int64_t **shape
                           void *, void *) {
   if (nparam != 3 || ndims[0] != 4 || std::strcmp(dtypes[0], "float32") != 0 ||
       std::strcmp(dtypes[2], "float32") != 0) return 1;
-  const float *x = static_cast<const float *>(params[0]);
+  const float *x = input(params, 0);
   ConvGeometry g;
   if (!conv_geometry(shapes[0], ndims[1], shapes[1], &g)) return 1;
-  float *patches = static_cast<float *>(params[2]);
+  float *patches = output(params, 2);
   const int64_t taps = g.kh * g.kw, cols = g.n * g.oh * g.ow;
   parallel_for(g.c * taps, [&](int64_t row_index) {  // one patch row: (channel, tap)
     const int64_t c = row_index / taps, tap = row_index % taps;
@@ -381,10 +385,10 @@ extern "C" int Col2ImSame(int nparam, void **params, int *ndims, int64_t **shape
                           void *, void *) {
   if (nparam != 4 || ndims[1] != 4 || std::strcmp(dtypes[0], "float32") != 0 ||
       std::strcmp(dtypes[3], "float32") != 0) return 1;
-  const float *dpatches = static_cast<const float *>(params[0]);
+  const float *dpatches = input(params, 0);
   ConvGeometry g;
   if (!conv_geometry(shapes[1], ndims[2], shapes[2], &g)) return 1;
-  float *dx = static_cast<float *>(params[3]);
+  float *dx = output(params, 3);
   const int64_t taps = g.kh * g.kw, cols = g.n * g.oh * g.ow;
   // one channel per iteration (its n planes): no two threads write the same element, and the
   // channel's patch rows are read front to back
@@ -422,9 +426,9 @@ extern "C" int Col2ImSame(int nparam, void **params, int *ndims, int64_t **shape
 extern "C" int ChannelsToNCHWBias(int nparam, void **params, int *ndims, int64_t **shapes,
                                   const char **dtypes, void *, void *) {
   if (nparam != 3 || !all_float32(3, dtypes)) return 1;
-  const float *y = static_cast<const float *>(params[0]);
-  const float *bias = static_cast<const float *>(params[1]);
-  float *out = static_cast<float *>(params[2]);
+  const float *y = input(params, 0);
+  const float *bias = input(params, 1);
+  float *out = output(params, 2);
   const int64_t a = shapes[0][0], b = shapes[0][1];
   const int64_t m = numel(ndims[0], shapes[0]) / (a * b);
   parallel_for(b * a, [&](int64_t index) {  // index = s * a + o, the output plane
@@ -442,9 +446,9 @@ extern "C" int ChannelsToNCHWBias(int nparam, void **params, int *ndims, int64_t
 extern "C" int ChannelsToNCHWBiasBackward(int nparam, void **params, int *ndims, int64_t **shapes,
                                           const char **dtypes, void *, void *) {
   if (nparam != 3 || !all_float32(3, dtypes)) return 1;
-  const float *dout = static_cast<const float *>(params[0]);
-  float *dy = static_cast<float *>(params[1]);
-  float *dbias = static_cast<float *>(params[2]);
+  const float *dout = input(params, 0);
+  float *dy = output(params, 1);
+  float *dbias = output(params, 2);
   const int64_t b = shapes[0][0], a = shapes[0][1];
   const int64_t m = numel(ndims[0], shapes[0]) / (a * b);
   parallel_for(a, [&](int64_t o) {
@@ -473,11 +477,11 @@ extern "C" int ChannelsToNCHWBiasBackward(int nparam, void **params, int *ndims,
 extern "C" int AgcDecayGradient(int nparam, void **params, int *ndims, int64_t **shapes,
                                 const char **dtypes, void *, void *) {
   if (nparam != 4 || !all_float32(4, dtypes) || ndims[0] != 2) return 1;
-  const float *grad = static_cast<const float *>(params[0]);
-  const float *param = static_cast<const float *>(params[1]);
-  const float *consts = static_cast<const float *>(params[2]);
+  const float *grad = input(params, 0);
+  const float *param = input(params, 1);
+  const float *consts = input(params, 2);
   const float clipping = consts[0], eps = consts[1], wd = consts[2];
-  float *out = static_cast<float *>(params[3]);
+  float *out = output(params, 3);
   const int64_t rows = shapes[0][0], k = shapes[0][1];
   parallel_for(rows, [&](int64_t r) {
     const float *gr = grad + r * k;
@@ -505,9 +509,9 @@ extern "C" int AgcDecayGradient(int nparam, void **params, int *ndims, int64_t *
 extern "C" int MulRows(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *,
                        void *) {
   if (nparam != 3 || !all_float32(3, dtypes) || ndims[0] != 2) return 1;
-  const float *x = static_cast<const float *>(params[0]);
-  const float *factor = static_cast<const float *>(params[1]);
-  float *out = static_cast<float *>(params[2]);
+  const float *x = input(params, 0);
+  const float *factor = input(params, 1);
+  float *out = output(params, 2);
   const int64_t rows = shapes[0][0], k = shapes[0][1];
   parallel_for(rows, [&](int64_t r) {
     const float f = factor[r];
@@ -523,11 +527,11 @@ extern "C" int MulRows(int nparam, void **params, int *ndims, int64_t **shapes, 
 extern "C" int MulRowsBackward(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
                                void *, void *) {
   if (nparam != 5 || !all_float32(5, dtypes) || ndims[0] != 2) return 1;
-  const float *x = static_cast<const float *>(params[0]);
-  const float *factor = static_cast<const float *>(params[1]);
-  const float *dout = static_cast<const float *>(params[2]);
-  float *dx = static_cast<float *>(params[3]);
-  float *dfactor = static_cast<float *>(params[4]);
+  const float *x = input(params, 0);
+  const float *factor = input(params, 1);
+  const float *dout = input(params, 2);
+  float *dx = output(params, 3);
+  float *dfactor = output(params, 4);
   const int64_t rows = shapes[0][0], k = shapes[0][1];
   parallel_for(rows, [&](int64_t r) {
     const float f = factor[r];

@@ -27,12 +27,15 @@ import warnings
 import mindspore as ms
 from mindspore import Tensor, nn, ops
 
+from .conv2d_same import same_padding
+
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_kernels.cc")
 # -fopenmp-simd honours the `omp simd` reductions without linking an OpenMP runtime
 CXX_FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fopenmp-simd", "-pthread", "-shared", "-fPIC",
              "-std=c++17")
 
 _state = {"path": None, "tried": False, "threads": 0}
+_BUILD_ERRORS = (OSError, RuntimeError, subprocess.SubprocessError)  # no compiler, failed build, unwritable cache
 
 
 def _cpu_signature():
@@ -97,7 +100,7 @@ def library_path():
             try:
                 _state["path"] = build()
                 _apply_threads()
-            except (OSError, RuntimeError, subprocess.SubprocessError) as err:
+            except _BUILD_ERRORS as err:
                 warnings.warn(f"fused CPU kernels unavailable, using MindSpore operators instead: {err}",
                               RuntimeWarning, stacklevel=2)
     return _state["path"]
@@ -196,10 +199,6 @@ def agc_decay_gradient_op():
     return _custom("AgcDecayGradient", lambda g, p, c: g, lambda g, p, c: g)
 
 
-def _same_out(size, stride):
-    return -(-size // stride)
-
-
 class FusedConv2dSame(nn.Cell):
     """NCHW convolution with TensorFlow SAME padding plus bias: fused im2col, one (per group
     batched) matmul, and a fused transpose-to-NCHW with the bias add; the backward recomputes
@@ -220,7 +219,8 @@ class FusedConv2dSame(nn.Cell):
         self.geometry = ops.zeros((k, k, self.stride), ms.int32)
 
         def columns_shape(x, geo):
-            return (x[1] * geo[0] * geo[1], x[0] * _same_out(x[2], geo[2]) * _same_out(x[3], geo[2]))
+            oh, ow = same_padding(x[2], geo[0], geo[2])[2], same_padding(x[3], geo[1], geo[2])[2]
+            return (x[1] * geo[0] * geo[1], x[0] * oh * ow)
 
         self.im2col = _custom("Im2ColSame", columns_shape, lambda x, _geo: x)
         self.col2im = _custom("Col2ImSame", lambda _d, x, _geo: x, lambda d, _x, _geo: d)
@@ -230,24 +230,20 @@ class FusedConv2dSame(nn.Cell):
         self.matmul_nt = ops.BatchMatMul(transpose_b=True)
         self.matmul_tn = ops.BatchMatMul(transpose_a=True)
 
-    def _grouped(self, weight):
-        out_channels = weight.shape[0]
-        return weight.reshape(self.groups, out_channels // self.groups, -1)  # (g, out/g, in/g*k*k)
+    def _grouped(self, x):
+        """(g, x.shape[0] / g, -1): a weight (out, ...) or columns (in * k * k, ...) per group."""
+        return x.reshape(self.groups, x.shape[0] // self.groups, -1)
 
     def construct(self, x, weight, bias):
-        n, g = x.shape[0], self.groups
-        columns = self.im2col(x, self.geometry)
-        y = ops.matmul(self._grouped(weight), columns.reshape(g, columns.shape[0] // g, -1))
-        oh, ow = _same_out(x.shape[2], self.stride), _same_out(x.shape[3], self.stride)
-        return self.to_nchw(y.reshape(weight.shape[0], n, oh, ow), bias)
+        y = ops.matmul(self._grouped(weight), self._grouped(self.im2col(x, self.geometry)))
+        k, s = self.kernel_size, self.stride
+        oh, ow = same_padding(x.shape[2], k, s)[2], same_padding(x.shape[3], k, s)[2]
+        return self.to_nchw(y.reshape(weight.shape[0], x.shape[0], oh, ow), bias)
 
     def bprop(self, x, weight, bias, out, dout):
-        g = self.groups
         dy, dbias = self.to_nchw_backward(dout)
-        dy = dy.reshape(g, weight.shape[0] // g, -1)
-        columns = self.im2col(x, self.geometry)
-        columns = columns.reshape(g, columns.shape[0] // g, -1)
-        dweight = self.matmul_nt(dy, columns).reshape(weight.shape)
+        dy = self._grouped(dy)
+        dweight = self.matmul_nt(dy, self._grouped(self.im2col(x, self.geometry))).reshape(weight.shape)
         dcolumns = self.matmul_tn(self._grouped(weight), dy)
         dx = self.col2im(dcolumns.reshape(x.shape[1] * self.kernel_size ** 2, -1), x, self.geometry)
         return dx, dweight, dbias
@@ -259,6 +255,6 @@ class FusedConv2dSame(nn.Cell):
 if __name__ == "__main__":  # `python -m src.models.layers.cpu_kernels`: build now (make does)
     try:
         print(build())
-    except RuntimeError as err:
+    except _BUILD_ERRORS as err:
         print(f"warning: fused CPU kernels not built ({err}); the MindSpore-operator forms will be used",
               file=sys.stderr)
