@@ -107,5 +107,5 @@ def test_a_truncated_input_stops_the_runner_before_any_result_is_written(tmp_pat
     assert result.returncode == 2
     assert error_lines(result.stderr) == [
         f"error: {victim}: holds 250 float32 values, expected 12288 for shape (1, 3, 64, 64) (49152 bytes); "
-        "the MINDIR takes input (1, 3, 64, 64): preprocess with --batch_size 1 at test_input_size 64"]
+        "the model takes input (1, 3, 64, 64): preprocess with --batch_size 1 at test_input_size 64"]
     assert os.listdir(tmp_path / "result_Files") == []
