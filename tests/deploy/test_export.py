@@ -210,4 +210,4 @@ def test_f0_at_256_mindir_and_onnx_give_the_eval_network_logits(tmp_path):
                               1, cfg.test_input_size)
         error = relative_max_error(run(path, x), expected)
         print(f"{fmt} (folded, {conv_impl} conv) vs eval network, F0 256 batch 1: {error:.2e}")
-        assert error <= 5e-6  # measured MEASURE_F0
+        assert error <= 5e-6  # measured 4.1e-7 (im2col_cpu), 3.7e-7 (native), 4.4e-7 (ONNX)
