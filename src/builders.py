@@ -7,14 +7,18 @@ them, so train.py and eval.py cannot disagree on, say, the evaluation transform.
 import os
 
 
-def build_network(cfg, checkpoint_path=None, checkpoint_prefix="", finetune=None):
-    """create_model with the config's architecture, classes and regularization."""
+def build_network(cfg, checkpoint_path=None, checkpoint_prefix="", finetune=None, fast_forms=True):
+    """create_model with the config's architecture, classes and regularization.
+
+    fast_forms: the backend's fast forms for training and evaluation (on CPU, where training
+    is float32: src/models/layers/config.py); export builds with False, the plain forms.
+    """
     from src.models import create_model
 
     return create_model(cfg.arch, num_classes=cfg.num_classes, drop_rate=cfg.drop_rate,
                         drop_path_rate=cfg.drop_path_rate, drop_path_mode=cfg.drop_path_mode,
                         checkpoint_path=checkpoint_path, checkpoint_prefix=checkpoint_prefix,
-                        finetune=cfg.finetune if finetune is None else finetune)
+                        finetune=cfg.finetune if finetune is None else finetune, fast_forms=fast_forms)
 
 
 def build_eval_transform(cfg):

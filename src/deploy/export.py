@@ -48,7 +48,8 @@ def check_device(device_target, file_format):
 
 
 def create_eval_network(cfg, checkpoint_path, use_ema=None):
-    """The eval-mode network of `cfg.arch` with the checkpoint's weights (EMA ones if asked and present).
+    """The eval-mode network of `cfg.arch` with the checkpoint's weights (EMA ones if asked and present),
+    in its plain forms: no backend fast forms (src/models/layers/fast_forms.py) to undo.
 
     Returns (network, prefix) where prefix tells which weights were loaded ("ema." or "").
     """
@@ -57,7 +58,8 @@ def create_eval_network(cfg, checkpoint_path, use_ema=None):
 
     use_ema = cfg.use_ema if use_ema is None else use_ema
     prefix = EMA_PREFIX if use_ema and checkpoint_has_prefix(checkpoint_path, EMA_PREFIX) else ""
-    network = build_network(cfg, checkpoint_path=checkpoint_path, checkpoint_prefix=prefix, finetune=False)
+    network = build_network(cfg, checkpoint_path=checkpoint_path, checkpoint_prefix=prefix, finetune=False,
+                            fast_forms=False)
     network.set_train(False)
     return network, prefix
 
@@ -80,7 +82,6 @@ def create_deploy_network(network, file_format="MINDIR", conv_impl="native", dyn
     if file_format == "ONNX":
         conv_impl = "native"
     folded = fold_weight_standardization(network, CONV_IMPLS[conv_impl])
-    use_operator_forms(folded)
     if file_format == "ONNX":
         use_elementary_gelu(folded)
     if dynamic_batch:
@@ -88,27 +89,6 @@ def create_deploy_network(network, file_format="MINDIR", conv_impl="native", dyn
 
         use_batch_free_cells(folded)
     return folded
-
-
-def use_operator_forms(network):
-    """Swap the fused CPU kernels of `network` (in place) for their MindSpore-operator forms; return the count.
-
-    The fused kernels (src/models/layers/cpu_kernels.py) live in a library built on this
-    machine, so an exported model must not refer to them. Folding has already replaced the
-    convolutions; the GELUs and the per-row scales (SE, DropPath) remain.
-    """
-    from src.models.layers import GammaAct
-    from src.models.layers.cpu_kernels import FusedMulRows, FusedScaledGELU
-
-    count = 0
-    for _, cell in network.cells_and_names():
-        if isinstance(cell, GammaAct) and isinstance(cell.fused_gelu, FusedScaledGELU):
-            cell.fused_gelu = None
-            count += 1
-        if isinstance(getattr(cell, "fused_mul_rows", None), FusedMulRows):
-            cell.fused_mul_rows = None
-            count += 1
-    return count
 
 
 def export_network(network, file_format, file_name, batch_size, image_size, overwrite=False, dynamic_batch=False):
