@@ -23,7 +23,6 @@ import numpy as np
 from mindspore import Tensor, nn, ops
 
 from src.models.layers import GammaAct
-
 from src.models.layers.replace import replace_cells
 
 # P(t) = sum_k ERFC_COEFFS[k] * t**k (Numerical Recipes' published constants).
