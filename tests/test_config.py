@@ -323,3 +323,15 @@ def test_help_lists_config_keys_and_exits_0(capsys):
 def test_schema_defaults_are_valid():
     cfg = load_config()
     assert isinstance(cfg, Config) and set(cfg.to_dict()) == set(SCHEMA)
+
+
+def test_max_nonfinite_steps_defaults_to_the_readme_s_number_in_the_schema_and_every_config(tmp_path):
+    """README: "after `max_nonfinite_steps` (default 5) in a row the run stops"."""
+    import re
+
+    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        stated = re.search(r"`max_nonfinite_steps` \(default (\d+)\)", f.read())
+    assert stated, "the README no longer states the default of max_nonfinite_steps"
+    assert load_config().max_nonfinite_steps == int(stated[1]) == 5
+    for path in glob.glob(os.path.join(ROOT, "src", "configs", "*.yaml")):
+        assert load_config(path).max_nonfinite_steps == 5, path
