@@ -75,7 +75,8 @@ def test_variant_yaml_matches_the_paper_table(arch):
     cfg = load_config(os.path.join(CONFIG_DIR, f"{arch}.yaml"))
     assert (cfg.arch, cfg.depths, cfg.input_size, cfg.test_input_size, cfg.drop_rate) == \
         (arch, depths, train, test, drop)
-    assert cfg.auto_augment == f"rand-m{magnitude}-n4-mstd0.5-inc1"
+    mmax = f"-mmax{magnitude}" if magnitude > 10 else ""  # timm clamps m to 10 without mmax
+    assert cfg.auto_augment == f"rand-m{magnitude}-n4-mstd0.5-inc1{mmax}"
     assert (cfg.eval_crop_mode, cfg.crop_pct, cfg.drop_path_rate) == ("pixels", 32, 0.25)
 
 
