@@ -4,15 +4,17 @@ import time
 
 
 class ProgressBar:
-    """`label: 120/500 [####......] 24% 35.1 it/s` on stderr.
+    """`label: 120/500 [####......] 24% 35.1 img/s, eta 0:11` on stderr.
 
     On a terminal the line is redrawn in place (at most 10 times a second); in a log file
-    (not a TTY) a line is written at every 10% so logs stay short.
+    (not a TTY) a line is written at every 10% so logs stay short. `total` may be an upper
+    bound (e.g. batches × batch size): `finish()` writes the final line with the true count.
     """
 
-    def __init__(self, total, label="", stream=None, width=30):
+    def __init__(self, total, label="", stream=None, width=30, unit="it"):
         self.total = max(int(total), 1)
         self.label = label
+        self.unit = unit
         self.stream = stream or sys.stderr
         self.width = width
         self.done = 0
@@ -38,8 +40,16 @@ class ProgressBar:
                 self.stream.write(self._line(now) + "\n")
                 self.stream.flush()
 
+    def finish(self):
+        """Mark the work done at the count reached (when `total` was an upper bound)."""
+        if self.done < self.total:
+            self.total = max(self.done, 1)
+            self.update(0)
+
     def _line(self, now):
         filled = self.done * self.width // self.total
         rate = self.done / max(now - self.start, 1e-9)
+        left = (self.total - self.done) / rate if rate > 0 else 0.0
+        eta = f", eta {int(left) // 60}:{int(left) % 60:02d}" if self.done < self.total else ""
         return (f"{self.label}: {self.done}/{self.total} [{'#' * filled}{'.' * (self.width - filled)}] "
-                f"{100 * self.done // self.total:3d}% {rate:.1f} it/s")
+                f"{100 * self.done // self.total:3d}% {rate:.1f} {self.unit}/s{eta}")

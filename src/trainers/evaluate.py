@@ -55,7 +55,7 @@ def _batch_counts(network, loss_fn, images, labels, valid):
     return count, top1, top5, loss_sum
 
 
-def evaluate(network, dataset, loss_fn=None, distributed=False, jit=True):
+def evaluate(network, dataset, loss_fn=None, distributed=False, jit=True, progress=None):
     """Evaluate `network` on `dataset`, counting every valid image exactly once.
 
     Args:
@@ -69,6 +69,7 @@ def evaluate(network, dataset, loss_fn=None, distributed=False, jit=True):
             processes (all-reduce) so every process returns the whole set's numbers.
         jit: compile the forward and the counting with ``mindspore.jit`` (works in
             PyNative and Graph mode).
+        progress: optional callable, called with the number of rows of each batch done.
 
     Returns:
         dict(top1, top5, loss, count, correct_top1, correct_top5): accuracies as fractions
@@ -91,6 +92,8 @@ def evaluate(network, dataset, loss_fn=None, distributed=False, jit=True):
             batch, batch_loss = step(images, labels, valid)
             counts += batch.asnumpy().astype(np.int64)
             loss_sum += float(batch_loss.asnumpy())
+            if progress is not None:
+                progress(images.shape[0])
     finally:
         network.set_train(was_training)
     if distributed:
