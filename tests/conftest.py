@@ -35,7 +35,7 @@ def pytest_configure(config):
 
 
 # The one skip a CI run keeps: material that lives outside the repository by design (the C++ API
-# headers in ../shared/mindspore-cxx-api, which the project must not copy). Its reason starts so.
+# headers in ../shared/mindspore-cxx-api, which the project must not copy). Its reason contains that phrase.
 OUTSIDE_REPO = "outside the repository: "
 
 
