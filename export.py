@@ -8,7 +8,9 @@ weight standardization folded into plain convolutions (see src/deploy). --pretra
 accepted as the seed's name for --checkpoint, --batch_size as export_batch_size; the
 file is written atomically and an existing one is kept unless --overwrite. Convolutions
 follow the export device (--conv_impl auto); exporting a MINDIR for Ascend 310 on a
-CPU machine, pass --conv_impl native.
+CPU machine, pass --conv_impl native. The checkpoint's data settings (arch, classes,
+test size and eval transform; src/data/data_settings.py) are used unless given on the
+command line, and written next to the model as <model file>.json for predict.py.
 """
 import sys
 
@@ -31,10 +33,16 @@ def main(argv=None):
     args, cfg = parse_cli(argv, description="Export NFNet as MINDIR, ONNX or AIR.",
                           add_script_args=add_script_args)
     checkpoint = resolve_checkpoint(args.checkpoint, cfg.pretrained)
+    from src.data.data_settings import applied_note, apply_settings, read_checkpoint_settings
+
+    record = read_checkpoint_settings(checkpoint)  # None for a missing file: run_export reports it
+    cfg, changed = apply_settings(cfg, record, explicit=args.cli_keys)
+    if changed:
+        print(applied_note(changed, checkpoint))
 
     from src.deploy.export import run_export
 
-    run_export(cfg, checkpoint, overwrite=args.overwrite, conv_impl=args.conv_impl)
+    run_export(cfg, checkpoint, overwrite=args.overwrite, conv_impl=args.conv_impl, record=record)
 
 
 if __name__ == "__main__":

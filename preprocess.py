@@ -8,8 +8,11 @@ uses (src.data's create_eval_transform with the config's test_input_size, crop_p
 eval_crop_mode and interpolation), and is written to <output_path>/images/<name>.bin;
 <output_path>/labels.json maps each name to its class index. --data_path is the folder of
 class folders, or a dataset root holding <val_split>/. --batch_size (export_batch_size)
-must match the exported graph's batch.
+must match the exported graph's batch. With --checkpoint, the data settings it carries
+(src/data/data_settings.py: test size, eval transform, class names) are used unless given
+on the command line, as export.py and eval.py do: the tensors then match the exported model.
 """
+import os
 import sys
 
 from src.config import parse_cli, run_cli
@@ -19,6 +22,8 @@ def add_script_args(parser):
     parser.add_argument("--output_path", metavar="DIR", required=True,
                         help="folder for images/<name>.bin, labels.json and sources.json")
     parser.add_argument("--overwrite", action="store_true", help="replace .bin files of an earlier run")
+    parser.add_argument("--checkpoint", metavar="PATH",
+                        help="take the test size, eval transform and class names from this checkpoint")
 
 
 def main(argv=None):
@@ -28,13 +33,26 @@ def main(argv=None):
     args, cfg = parse_cli(argv, description="Eval-transform a validation folder into .bin tensors.",
                           add_script_args=add_script_args)
 
+    record = None
+    if args.checkpoint:
+        from src.data.data_settings import applied_note, apply_settings, read_checkpoint_settings
+        from src.models import CheckpointError
+
+        if not os.path.isfile(args.checkpoint):
+            raise CheckpointError(f"checkpoint not found: {args.checkpoint}")
+        record = read_checkpoint_settings(args.checkpoint)
+        cfg, changed = apply_settings(cfg, record, explicit=args.cli_keys)
+        if changed:
+            print(applied_note(changed, args.checkpoint))
+
     from src.builders import build_eval_transform
     from src.deploy.preprocess import preprocess_folder, resolve_split_dir
 
-    transform = build_eval_transform(cfg)  # the transform eval.py uses
+    transform = build_eval_transform(cfg, record)  # the transform eval.py uses
     split_dir = resolve_split_dir(cfg.data_path, cfg.val_split)
     summary = preprocess_folder(split_dir, args.output_path, transform, batch_size=cfg.export_batch_size,
-                                strict_data=cfg.strict_data, overwrite=args.overwrite)
+                                strict_data=cfg.strict_data, overwrite=args.overwrite,
+                                class_names=(record or {}).get("classes"))
     skipped = f", {len(summary['skipped'])} unreadable skipped" if summary["skipped"] else ""
     print(f"preprocessed {summary['count']} images of {split_dir} ({len(summary['classes'])} classes{skipped}) "
           f"into {summary['files']} files of batch {cfg.export_batch_size} at "

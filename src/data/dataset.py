@@ -49,7 +49,7 @@ import numpy as np
 import mindspore.dataset as ds
 
 from .folder import DatasetError, IMG_EXTENSIONS, check_dataset_layout, scan_image_folder  # noqa: F401 (re-export)
-from .to_mindrecord import is_mindrecord_split, mindrecord_files
+from .to_mindrecord import is_mindrecord_split, mindrecord_files, read_classes
 from .transforms import UnreadableImageError, load_image
 
 _logger = logging.getLogger(__name__)
@@ -301,7 +301,8 @@ def create_mixup(mix_up=0.0, cutmix=0.0, cutmix_minmax=None, mixup_prob=1.0, swi
 
 def create_dataset(data_path, split, is_training, batch_size, transform, num_parallel_workers=2, shuffle=None,
                    num_shards=None, shard_id=None, drop_remainder=None, seed=0, mixup=None, strict_data=False,
-                   start_epoch=0, bad_file_log=None, python_multiprocessing=DEFAULT_PYTHON_MULTIPROCESSING):
+                   start_epoch=0, bad_file_log=None, python_multiprocessing=DEFAULT_PYTHON_MULTIPROCESSING,
+                   class_names=None):
     """Batched mindspore.dataset pipeline over ``data_path/split`` (columns: see the module docstring).
 
     Args:
@@ -323,6 +324,8 @@ def create_dataset(data_path, split, is_training, batch_size, transform, num_par
         start_epoch: epoch the pipeline's first pass counts as (resume), for the shuffle and the draws.
         bad_file_log: text file that workers append unreadable paths to (see read_bad_file_log).
         python_multiprocessing: process workers (default, measured faster) or threads.
+        class_names: the model's classes in label order (from its checkpoint): a folder's label is
+            its position there (the folders may be a subset); default: the sorted folder names.
     """
     if (num_shards is None) != (shard_id is None):
         raise ValueError("num_shards and shard_id must be given together")
@@ -337,11 +340,15 @@ def create_dataset(data_path, split, is_training, batch_size, transform, num_par
         raise ValueError("mixup applies to training only")
     workers = max(1, int(num_parallel_workers))
     if is_mindrecord_split(data_path, split):
+        stored = read_classes(data_path, split)
+        if class_names is not None and list(stored) != list(class_names):
+            raise DatasetError(f"{os.path.join(data_path, split)}: its classes ({len(stored)}) are not the model's "
+                               f"({len(class_names)}) in the same order; convert the image folder again")
         return _create_mindrecord_dataset(mindrecord_files(data_path, split), is_training, batch_size, transform,
                                           workers, shuffle, num_shards, shard_id, drop_remainder, mixup, seed,
                                           start_epoch, python_multiprocessing)
     split_dir = os.path.join(data_path, split)
-    samples, _ = scan_image_folder(split_dir)
+    samples, _ = scan_image_folder(split_dir, class_names)
 
     def load_in_workers(source, columns, **sampling):
         keys = ds.GeneratorDataset(_Keys(len(source)), ["key"], **sampling)

@@ -123,8 +123,11 @@ def export_network(network, file_format, file_name, batch_size, image_size, over
     return path
 
 
-def run_export(cfg, checkpoint_path, overwrite=False, conv_impl="auto", log=print):
+def run_export(cfg, checkpoint_path, overwrite=False, conv_impl="auto", log=print, record=None):
     """export.py's work: checks, eval network from the checkpoint, fold, write. Returns the path.
+
+    The data settings used (cfg's, with the checkpoint's `record` classes and mean/std) are
+    written next to the model as <model file>.json (src.data.data_settings.write_sidecar).
 
     Cheap checks (existing target, AIR off Ascend, unavailable device) come before the
     network is built, so a mistake costs no model loading.
@@ -143,10 +146,14 @@ def run_export(cfg, checkpoint_path, overwrite=False, conv_impl="auto", log=prin
     deployed = create_deploy_network(network, cfg.file_format, conv_impl)
     path = export_network(deployed, cfg.file_format, file_name, cfg.export_batch_size, cfg.test_input_size,
                           overwrite=overwrite)
+    from src.data.data_settings import effective_settings, write_sidecar
+
+    sidecar = write_sidecar(path, effective_settings(cfg, record))
     from .fold import FoldedConv2d
 
     impls = "/".join(sorted({c.conv_impl for _, c in deployed.cells_and_names() if isinstance(c, FoldedConv2d)}))
     size = cfg.test_input_size
     log(f"exported {cfg.arch} ({'EMA' if prefix else 'raw'} weights of {checkpoint_path}) as {cfg.file_format}: "
-        f"{path} (input {cfg.export_batch_size}x3x{size}x{size} float32, {impls} convolutions)")
+        f"{path} (input {cfg.export_batch_size}x3x{size}x{size} float32, {impls} convolutions); "
+        f"data settings: {sidecar}")
     return path
