@@ -351,9 +351,7 @@ def create_dataset(data_path, split, is_training, batch_size, transform, num_par
     samples, _ = scan_image_folder(split_dir, class_names)
 
     def load_in_workers(source, columns, **sampling):
-        keys = ds.GeneratorDataset(_Keys(len(source)), ["key"], **sampling)
-        return keys.map(source, input_columns=["key"], output_columns=columns, num_parallel_workers=workers,
-                        python_multiprocessing=python_multiprocessing and workers > 1)
+        return _load_in_workers(source, columns, workers, python_multiprocessing, **sampling)
 
     if not is_training:
         source = EvalSource(samples, transform, num_shards, shard_id, strict_data, bad_file_log)
@@ -373,6 +371,29 @@ def create_dataset(data_path, split, is_training, batch_size, transform, num_par
     return dataset.batch(batch_size, drop_remainder=drop_remainder, num_parallel_workers=1,
                          input_columns=["image", "label"], output_columns=["image", "label"],
                          per_batch_map=MixupBatch(mixup, seed, start_epoch))
+
+
+def _load_in_workers(source, columns, workers, python_multiprocessing, **sampling):
+    """GeneratorDataset of the sampler's keys, mapped through `source` in `workers` workers (see the module doc)."""
+    keys = ds.GeneratorDataset(_Keys(len(source)), ["key"], **sampling)
+    return keys.map(source, input_columns=["key"], output_columns=columns, num_parallel_workers=workers,
+                    python_multiprocessing=python_multiprocessing and workers > 1)
+
+
+def create_file_dataset(paths, batch_size, transform, num_parallel_workers=2, strict_data=False, bad_file_log=None,
+                        python_multiprocessing=DEFAULT_PYTHON_MULTIPROCESSING):
+    """The evaluation pipeline over a list of image files (predict.py): columns image, index, valid.
+
+    `index` is the row's position in `paths`; `valid` is 0 for an unreadable file (skipped and
+    listed in bad_file_log, or an error with strict_data, as in evaluation).
+    """
+    if not paths:
+        raise DatasetError("no images to read")
+    source = EvalSource([(path, i) for i, path in enumerate(paths)], transform, strict_data=strict_data,
+                        bad_file_log=bad_file_log)
+    dataset = _load_in_workers(source, ["image", "index", "valid"], max(1, int(num_parallel_workers)),
+                               python_multiprocessing, shuffle=False)
+    return dataset.batch(batch_size, drop_remainder=False)
 
 
 class MindRecordDecode:

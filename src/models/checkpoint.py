@@ -46,7 +46,7 @@ def read_checkpoint(path):
     except Exception as exc:  # MindSpore raises ValueError/RuntimeError with multi-line text
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CheckpointError(f"{path} is not a readable MindSpore checkpoint ({first})") from None
-    return {name: p.asnumpy() for name, p in params.items()}
+    return {name: p.asnumpy() for name, p in params.items() if not isinstance(p, str)}  # str: metadata
 
 
 def load_model_weights(network, checkpoint_path, prefix="", drop_head=False, report=None):
