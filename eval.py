@@ -61,7 +61,7 @@ def eval_split(cfg):
     from src.data.folder import resolve_split
 
     root, split = resolve_split(cfg.data_path, cfg.val_split)
-    return cfg if split == cfg.val_split else cfg.replace(val_split=split)
+    return cfg if (root, split) == (cfg.data_path, cfg.val_split) else cfg.replace(data_path=root, val_split=split)
 
 
 def _layout_check(class_names):

@@ -91,10 +91,12 @@ def split_classes(data_path, split):
 
 def resolve_split(data_path, split):
     """(root, split) of the images to evaluate: ``data_path/split`` when it exists (a dataset root,
-    or a MindRecord split), else ``data_path`` itself as a folder of class folders (split ".")."""
+    or a MindRecord split), else ``data_path`` itself as a folder of class folders (its parent
+    and its name)."""
     if os.path.isdir(os.path.join(data_path, split)) or is_mindrecord_split(data_path, split):
         return data_path, split
-    return data_path, "."
+    path = os.path.abspath(data_path)
+    return os.path.dirname(path), os.path.basename(path)
 
 
 def check_dataset_layout(data_path, train_split="train", val_split="val", num_classes=None, class_names=None):
