@@ -204,6 +204,7 @@ def format_predictions(predictions, fmt, k, meta):
     """The output file's text: JSON {**meta, predictions} or CSV path,label_1,probability_1,index_1,..."""
     if fmt == "json":
         return json.dumps({**meta, "predictions": predictions}, indent=1) + "\n"
+    k = len(predictions[0]["topk"]) if predictions else k  # at most the class count
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(["path"] + [f"{col}_{r}" for r in range(1, k + 1) for col in ("label", "probability", "index")])
