@@ -41,6 +41,11 @@ def main(argv=None):
                           add_script_args=add_predict_args)
     model_path = args.checkpoint or args.model
     check_args(args, model_path)
+    from src.tools.context import fit_to_machine
+
+    if args.model and args.model.lower().endswith(".onnx"):
+        cfg = cfg.replace(device_target="CPU")  # ONNX Runtime runs it; MindSpore only loads the images
+    cfg = fit_to_machine(cfg, notice=note)  # a device this machine lacks stops here; workers fit the cores
 
     from src.data.data_settings import (applied_note, apply_settings, describe_transform, read_checkpoint_settings,
                                         read_sidecar)
@@ -65,8 +70,7 @@ def main(argv=None):
     note(f"{len(paths)} images, batch {runner.batch_size}; evaluation transform: {describe_transform(cfg, record)}")
     with tempfile.TemporaryDirectory(prefix="predict-") as scratch:
         bad_file_log = os.path.join(scratch, "bad_files.txt")
-        workers = min(cfg.num_parallel_workers, os.cpu_count() or 1)  # the config's 16 are for a training host
-        dataset = create_file_dataset(paths, runner.batch_size, transform, workers,
+        dataset = create_file_dataset(paths, runner.batch_size, transform, cfg.num_parallel_workers,
                                       strict_data=cfg.strict_data, bad_file_log=bad_file_log)
         with reported_data_errors():
             predictions = predict(runner, dataset, paths, args.topk, class_names,
@@ -118,10 +122,7 @@ def create_runner(cfg, args, model_path):
 
         init_context(cfg.device_target, cfg.device_id, cfg.mode, cfg.seed)
         return runners.CheckpointRunner(cfg, model_path, batch), cfg
-    if model_path.lower().endswith(".onnx"):
-        runner = runners.OnnxRunner(model_path, batch)
-    else:
-        runner = runners.MindirRunner(model_path, cfg.device_target)
+    runner = runners.ModelRunner(model_path, batch, cfg.device_target)
     size = runner.image_size
     if size is not None and size != cfg.test_input_size:
         if "test_input_size" in args.cli_keys:

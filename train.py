@@ -32,11 +32,12 @@ def main(argv=None):
                           add_script_args=add_train_args)
     if args.max_steps is not None and args.max_steps < 1:
         raise UserError(f"command line: --max_steps must be >= 1, got {args.max_steps}")
+    from src.tools.context import fit_to_machine, init_context
     from src.tools.modelarts import check_before_init, data_and_results
 
+    cfg = fit_to_machine(cfg)  # a device this machine lacks stops here, in one line
     check_before_init(cfg, check_inputs)  # before the heavy imports: a wrong path costs no graph build
     from src.tools.checkpointing import prepare_output_dir
-    from src.tools.context import init_context
 
     ctx = init_context(cfg.device_target, cfg.device_id, cfg.mode, cfg.seed, cfg.deterministic, cfg.distribute,
                        cfg.cluster_timeout)

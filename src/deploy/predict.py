@@ -6,8 +6,8 @@ go through the evaluation transform in the data pipeline's worker pool
 same interface (`batch_size`, `image_size`, `__call__(float32 NCHW) -> logits`):
 
     CheckpointRunner   the eval network built from a .ckpt (EMA weights when present)
-    MindirRunner       a MINDIR through mindspore.nn.GraphCell (src.deploy.infer_cpu.load_mindir)
-    OnnxRunner         an ONNX model through onnxruntime
+    ModelRunner        an exported MINDIR (MindSpore) or ONNX model (ONNX Runtime), loaded by
+                       src.deploy.infer_cpu
 
 A graph exported with a fixed batch gets its last batch padded with zeros. Unreadable
 images are skipped and listed, as eval.py does.
@@ -115,46 +115,23 @@ class CheckpointRunner:
         return self.network(self._tensor(_pad(batch, self.batch_size))).asnumpy()[:n]
 
 
-class MindirRunner:
-    """An exported MINDIR (fixed input shape: batch and size come from the graph)."""
+class ModelRunner:
+    """An exported model: a MINDIR through MindSpore, an ONNX model through ONNX Runtime
+    (src.deploy.infer_cpu's loaders). A fixed batch comes from the graph; a free one is `batch_size`."""
 
-    def __init__(self, path, device_target="CPU"):
-        import mindspore as ms
+    def __init__(self, path, batch_size, device_target="CPU"):
+        from .infer_cpu import load_mindir, load_onnx
 
-        from .infer_cpu import load_mindir
-
-        self.network, shape = load_mindir(path, device_target)
-        self.batch_size, self.image_size = int(shape[0]), int(shape[-1])
-        self._tensor = ms.Tensor
-
-    def __call__(self, batch):
-        n = batch.shape[0]
-        return self.network(self._tensor(_pad(batch, self.batch_size))).asnumpy()[:n]
-
-
-class OnnxRunner:
-    """An exported ONNX model through onnxruntime (a dynamic batch takes any batch)."""
-
-    def __init__(self, path, batch_size):
-        try:
-            import onnxruntime as ort
-        except ImportError:
-            raise DeployError("running an ONNX model needs onnxruntime (pip install onnxruntime)") from None
-        try:
-            self.session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
-        except Exception as exc:  # onnxruntime raises its own exception types
-            raise DeployError(f"{path} is not a readable ONNX model ({str(exc).splitlines()[0]})") from None
-        model_input = self.session.get_inputs()[0]
-        self.input_name = model_input.name
-        batch, *_, size = model_input.shape
-        self.fixed_batch = batch if isinstance(batch, int) else None
+        is_onnx = path.lower().endswith(".onnx")
+        self.run, shape = load_onnx(path) if is_onnx else load_mindir(path, device_target)
+        self.fixed_batch = shape[0]
         self.batch_size = self.fixed_batch or batch_size
-        self.image_size = int(size) if isinstance(size, int) else None
+        self.image_size = shape[-1]
 
     def __call__(self, batch):
         n = batch.shape[0]
         x = _pad(batch, self.fixed_batch) if self.fixed_batch else batch
-        return self.session.run(None, {self.input_name: np.ascontiguousarray(x, np.float32)})[0][:n]
+        return self.run(np.ascontiguousarray(x, np.float32))[:n]
 
 
 # --------------------------------------------------------------------------- top-k and output
