@@ -8,22 +8,26 @@ uses (src.data's create_eval_transform with the config's test_input_size, crop_p
 eval_crop_mode and interpolation), and is written to <output_path>/images/<name>.bin;
 <output_path>/labels.json maps each name to its class index. --data_path is the folder of
 class folders, or a dataset root holding <val_split>/. --batch_size (export_batch_size)
-must match the exported graph's batch. With --checkpoint, the data settings it carries
+must match the exported graph's batch. With --checkpoint (or --model, an exported model
+with the <model>.json export.py writes), the data settings it carries
 (src/data/data_settings.py: test size, eval transform, class names) are used unless given
 on the command line, as export.py and eval.py do: the tensors then match the exported model.
 """
 import os
 import sys
 
-from src.config import parse_cli, run_cli
+from src.config import UserError, parse_cli, run_cli
 
 
 def add_script_args(parser):
     parser.add_argument("--output_path", metavar="DIR", required=True,
                         help="folder for images/<name>.bin, labels.json and sources.json")
     parser.add_argument("--overwrite", action="store_true", help="replace .bin files of an earlier run")
-    parser.add_argument("--checkpoint", metavar="PATH",
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--checkpoint", metavar="PATH",
                         help="take the test size, eval transform and class names from this checkpoint")
+    source.add_argument("--model", metavar="PATH",
+                        help="... or from the <model>.json that export.py wrote beside this exported model")
 
 
 def main(argv=None):
@@ -34,16 +38,16 @@ def main(argv=None):
                           add_script_args=add_script_args)
 
     record = None
-    if args.checkpoint:
-        from src.data.data_settings import applied_note, apply_settings, read_checkpoint_settings
-        from src.models import CheckpointError
+    source = args.checkpoint or args.model
+    if source:
+        from src.data.data_settings import applied_note, apply_settings, read_checkpoint_settings, read_sidecar
 
-        if not os.path.isfile(args.checkpoint):
-            raise CheckpointError(f"checkpoint not found: {args.checkpoint}")
-        record = read_checkpoint_settings(args.checkpoint)
+        if not os.path.isfile(source):
+            raise UserError(f"{'checkpoint' if args.checkpoint else 'model'} not found: {source}")
+        record = read_checkpoint_settings(source) if args.checkpoint else read_sidecar(source)
         cfg, changed = apply_settings(cfg, record, explicit=args.cli_keys)
         if changed:
-            print(applied_note(changed, args.checkpoint))
+            print(applied_note(changed, source))
 
     from src.builders import build_eval_transform
     from src.deploy.preprocess import preprocess_folder, resolve_split_dir

@@ -91,8 +91,8 @@ def test_fine_tuning_a_converted_timm_f0_to_ten_classes_then_evaluating_it(tiny_
     assert len(re.findall(r"epoch 1/1 step \d/7 loss [\d.]+", log)) == 3
     tuned = os.path.join(out, "dm_nfnet_f0-1_3.ckpt")
 
-    result = run("eval.py", "--checkpoint", tuned, "--data_path", tiny_digits, "--device_target", "CPU",
-                 "--num_parallel_workers", "2", "--eval_batch_size", "32", "--output", str(tmp_path / "eval.json"))
+    result = run("eval.py", "--checkpoint", tuned, "--data_path", os.path.join(tiny_digits, "val"),
+                 "--device_target", "CPU", "--eval_batch_size", "32", "--output", str(tmp_path / "eval.json"))
     assert "resize 64x64, center crop 64, bicubic" in result.stdout
     with open(tmp_path / "eval.json") as f:
         metrics = json.load(f)
