@@ -282,8 +282,8 @@ class EpochShardSampler(ds.Sampler):
         words = [self.seed, epoch] + ([stream] if stream else [])
         if self.shuffle:
             order = np.random.default_rng(words).permutation(self.num_items)
-        else:
-            order = np.arange(self.num_items)
+        else:  # unshuffled pairs take image i with image i + N/2, never with itself
+            order = np.roll(np.arange(self.num_items), -(self.num_items // 2) if stream else 0)
         order = np.resize(order, len(self) * self.num_shards)  # wraps around
         return order[self.shard_id::self.num_shards]
 
