@@ -111,6 +111,7 @@ def train(cfg, ctx, output_dir, max_steps=None):
         from src.tools.callbacks import StepLimit
 
         limit = StepLimit(max_steps)
+        callbacks[0].max_steps = max_steps  # ProgressLogger's ETA
     from src.data.dataset import reported_data_errors
 
     start = time.time()

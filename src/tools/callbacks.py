@@ -111,6 +111,7 @@ class ProgressLogger(_EpochCallback):
         self.log_fn = log_fn
         self.is_main = is_main
         self.accumulation_step = max(1, int(accumulation_step))
+        self.max_steps = None  # train.py --max_steps: the ETA counts to it
         self._clock_start = None  # end of this session's first step: excludes graph compilation
         self._clock_steps = 0
 
@@ -159,7 +160,8 @@ class ProgressLogger(_EpochCallback):
         if elapsed > 0:
             parts.append(f"{self._interval_steps * self.batch_size / elapsed:.1f} img/s")
         if self._clock_steps:
-            remaining = self.total_epochs * self.steps_per_epoch - global_step
+            last = self.total_epochs * self.steps_per_epoch
+            remaining = min(last, self.max_steps or last) - global_step
             # wall time per step, evaluations and checkpoints included
             parts.append(f"ETA {_format_seconds(remaining * (now - self._clock_start) / self._clock_steps)}")
         return " ".join(parts)
