@@ -17,7 +17,10 @@ the model as <model file>.json for predict.py.
 """
 import sys
 
-from src.config import parse_cli, run_cli
+from src.config import group_keys, parse_cli, run_cli
+
+USED_KEYS = ("arch", "num_classes", "depths", "pretrained", "test_input_size", "use_ema",  # listed by --help
+             *group_keys("export"), "device_target", "device_id")
 
 
 def add_script_args(parser):
@@ -37,7 +40,7 @@ def main(argv=None):
 
     argv = alias_flag(sys.argv[1:] if argv is None else argv, "--batch_size", "--export_batch_size")
     args, cfg = parse_cli(argv, description="Export NFNet as MINDIR, ONNX or AIR.",
-                          add_script_args=add_script_args)
+                          add_script_args=add_script_args, shown_keys=USED_KEYS)
     checkpoint = resolve_checkpoint(args.checkpoint, cfg.pretrained)
     from src.data.data_settings import applied_note, apply_settings, read_checkpoint_settings
 

@@ -18,6 +18,9 @@ import tempfile
 from src.config import ConfigError, parse_cli, run_cli
 
 DEFAULT_BATCH = 16
+USED_KEYS = ("arch", "num_classes", "depths", "test_input_size", "eval_crop_mode", "crop_pct",  # listed by --help
+             "interpolation", "eval_batch_size", "num_parallel_workers", "use_ema", "strict_data", "device_target",
+             "device_id", "mode", "seed")
 MODEL_EXTENSIONS = (".mindir", ".onnx")
 
 
@@ -38,7 +41,7 @@ def main(argv=None):
     # --batch_size is predict's batch, the config key eval_batch_size (batch_size is the training batch)
     argv = alias_flag(sys.argv[1:] if argv is None else argv, "--batch_size", "--eval_batch_size")
     args, cfg = parse_cli(argv, description="Top-k predictions for images with a checkpoint or an exported model.",
-                          add_script_args=add_predict_args)
+                          add_script_args=add_predict_args, shown_keys=USED_KEYS)
     model_path = args.checkpoint or args.model
     check_args(args, model_path)
     from src.tools.context import fit_to_machine

@@ -18,6 +18,9 @@ import sys
 
 from src.config import UserError, parse_cli, run_cli
 
+USED_KEYS = ("data_path", "data_url", "val_split", "test_input_size", "eval_crop_mode", "crop_pct",  # --help
+             "interpolation", "export_batch_size", "strict_data")
+
 
 def add_script_args(parser):
     parser.add_argument("--output_path", metavar="DIR", required=True,
@@ -35,7 +38,7 @@ def main(argv=None):
 
     argv = alias_flag(sys.argv[1:] if argv is None else argv, "--batch_size", "--export_batch_size")
     args, cfg = parse_cli(argv, description="Eval-transform a validation folder into .bin tensors.",
-                          add_script_args=add_script_args)
+                          add_script_args=add_script_args, shown_keys=USED_KEYS)
 
     record = None
     source = args.checkpoint or args.model

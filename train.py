@@ -18,7 +18,9 @@ steps with a checkpoint; --resume auto continues with the next epoch.
 import os
 import time
 
-from src.config import UserError, parse_cli, run_cli, save_config
+from src.config import SCHEMA, UserError, group_keys, parse_cli, run_cli, save_config
+
+USED_KEYS = tuple(key for key in SCHEMA if key not in group_keys("export"))  # listed by --help
 
 
 def add_train_args(parser):
@@ -29,7 +31,7 @@ def add_train_args(parser):
 
 def main(argv=None):
     args, cfg = parse_cli(argv, description="Train an NFNet (YAML config, --key value overrides).",
-                          add_script_args=add_train_args)
+                          add_script_args=add_train_args, shown_keys=USED_KEYS)
     if args.max_steps is not None and args.max_steps < 1:
         raise UserError(f"command line: --max_steps must be >= 1, got {args.max_steps}")
     from src.tools.context import fit_to_machine, init_context
@@ -67,10 +69,12 @@ def train(cfg, ctx, output_dir, max_steps=None):
     from src.tools.checkpointing import (CheckpointManager, find_latest_checkpoint, load_training_state,
                                          read_checkpoint_meta)
     from src.tools.criterion import create_loss
+    from src.tools.framework_warnings import divert_framework_warnings
     from src.tools.logger import RunLogger
 
     log = RunLogger(os.path.join(output_dir, "train.log" if ctx.is_main else f"train_rank{ctx.rank}.log"),
                     rank=ctx.rank)
+    divert_framework_warnings(log.to_file)  # MindSpore's own warnings: in the log, not on the console
     resume_path = find_latest_checkpoint(output_dir, log_fn=log) if cfg.resume == "auto" else cfg.resume
     start_epoch = int(read_checkpoint_meta(resume_path).get("epoch_num", 0)) if resume_path else 0
     if ctx.is_main:

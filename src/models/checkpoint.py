@@ -92,7 +92,7 @@ def load_model_weights(network, checkpoint_path, prefix="", drop_head=False, rep
     for name, param in own.items():
         if name in kept:
             continue
-        param.set_data(Tensor(weights[name].astype(ms.dtype_to_nptype(param.dtype)).reshape(param.shape)))
+        param.set_data(Tensor(weights[name].reshape(param.shape), dtype=param.dtype))
     if report is not None:
         report.update(loaded=sorted(set(own) - set(kept)), ignored=len(stored) - len(weights),
                       kept={n: (tuple(weights[n].shape), tuple(own[n].shape)) for n in kept})
