@@ -8,6 +8,12 @@ keep_checkpoint_max epochs and <arch>_best.ckpt), metrics.csv and curves.png. In
 distributed run rank 0 alone decides on it and writes these; rank r logs to train_rank<r>.log.
 With enable_modelarts, data_url is copied to data_path first and the run directory goes to
 train_url at the end (src/tools/modelarts.py).
+
+Every checkpoint carries the run's class names and evaluation transform
+(src/data/data_settings.py), so eval.py, export.py, preprocess.py and predict.py need no
+config to agree with it. Fine-tuning (--pretrained <ckpt> --finetune): train.log lists
+what was loaded and what was re-initialized. --max_steps N ends the run after N train
+steps with a checkpoint; --resume auto continues with the next epoch.
 """
 import os
 import time
@@ -17,9 +23,17 @@ from src.config import SCHEMA, UserError, group_keys, parse_cli, run_cli, save_c
 USED_KEYS = tuple(key for key in SCHEMA if key not in group_keys("export"))  # listed by --help
 
 
+def add_train_args(parser):
+    parser.add_argument("--max_steps", type=int, metavar="N",
+                        help="end the run after N train steps in all, with a checkpoint (smoke tests, short "
+                             "fine-tunes); --resume auto continues with the next epoch")
+
+
 def main(argv=None):
-    _, cfg = parse_cli(argv, description="Train an NFNet (YAML config, --key value overrides).",
-                       shown_keys=USED_KEYS)
+    args, cfg = parse_cli(argv, description="Train an NFNet (YAML config, --key value overrides).",
+                          add_script_args=add_train_args, shown_keys=USED_KEYS)
+    if args.max_steps is not None and args.max_steps < 1:
+        raise UserError(f"command line: --max_steps must be >= 1, got {args.max_steps}")
     from src.tools.context import fit_to_machine, init_context
     from src.tools.modelarts import check_before_init, data_and_results
 
@@ -32,7 +46,7 @@ def main(argv=None):
     output_dir = prepare_output_dir(cfg.output_dir, overwrite=cfg.overwrite_output, resume=cfg.resume is not None,
                                     is_main=ctx.is_main, share=ctx.from_main)
     with data_and_results(cfg, ctx, output_dir, check_inputs):
-        return train(cfg, ctx, output_dir)
+        return train(cfg, ctx, output_dir, max_steps=args.max_steps)
 
 
 def check_inputs(cfg):
@@ -47,9 +61,11 @@ def check_inputs(cfg):
             raise UserError(f"checkpoint not found: {path} (given as {key})")
 
 
-def train(cfg, ctx, output_dir):
+def train(cfg, ctx, output_dir, max_steps=None):
     """Train in output_dir (decided by rank 0, shared by every rank); returns the exit status."""
     from src import builders
+    from src.data.data_settings import checkpoint_entry, settings_from_config
+    from src.data.folder import split_classes
     from src.tools.checkpointing import (CheckpointManager, find_latest_checkpoint, load_training_state,
                                          read_checkpoint_meta)
     from src.tools.criterion import create_loss
@@ -76,12 +92,14 @@ def train(cfg, ctx, output_dir):
     lr_schedule, peak_lr, global_batch = builders.build_lr_schedule(cfg, steps_per_epoch, ctx.group_size)
     log(f"global batch {global_batch}, peak lr {peak_lr:.6g}, {steps_per_epoch} optimizer steps per epoch")
 
-    network = builders.build_network(cfg, checkpoint_path=cfg.pretrained)
+    network = builders.build_network(cfg, checkpoint_path=cfg.pretrained, log_fn=log)
     loss_fn = create_loss(label_smoothing=cfg.label_smoothing, soft_targets=mixup is not None)
     optimizer = builders.build_optimizer(cfg, network, lr_schedule)
     train_cell, run = builders.build_trainer(cfg, network, loss_fn, optimizer)
 
-    manager = CheckpointManager(output_dir, cfg.arch, cfg.keep_checkpoint_max, is_main=ctx.is_main)
+    record = settings_from_config(cfg, split_classes(cfg.data_path, cfg.train_split))
+    manager = CheckpointManager(output_dir, cfg.arch, cfg.keep_checkpoint_max, is_main=ctx.is_main,
+                                extra_meta=checkpoint_entry(record))
     if resume_path:
         state = load_training_state(train_cell, resume_path)
         manager.best_top1 = state["best_top1"]
@@ -92,15 +110,24 @@ def train(cfg, ctx, output_dir):
     eval_fn = builders.build_eval_fn(cfg, ctx, train_cell, network, val_ds) if val_ds is not None else None
     callbacks = builders.build_callbacks(cfg, ctx, log, output_dir, manager, train_cell, eval_fn, micro_steps,
                                          lr_schedule, resumed=bool(resume_path))
+    limit = None
+    if max_steps is not None:
+        from src.tools.callbacks import StepLimit
+
+        limit = StepLimit(max_steps)
+        callbacks[0].max_steps = max_steps  # ProgressLogger's ETA
     from src.data.dataset import reported_data_errors
 
     start = time.time()
     with reported_data_errors():
-        run(train_ds, callbacks, start_epoch)
+        # StepLimit first: ProgressLogger logs the step that ends the run
+        run(train_ds, [limit] + callbacks if limit else callbacks, start_epoch)
     log(f"training finished in {(time.time() - start) / 60:.1f} min; steps skipped for non-finite values: "
         f"{int(train_cell.overflow_count.asnumpy())}")
     if manager.best_top1 is not None:
         log(f"best top1 {manager.best_top1:.4f}: {manager.best_path}")
+    if limit is not None and limit.reached:
+        log(f"stopped at --max_steps {max_steps}: {manager.latest_path} (--resume auto continues with the next epoch)")
     guard = callbacks[1]
     if guard.stopped:
         log(guard.message)

@@ -639,6 +639,7 @@ def parse_cli(argv=None, description="", add_script_args=None, shown_keys=None):
     --config PATH is loaded as YAML, then every --<key> VALUE (or --key=VALUE) overrides
     it. A value is read as YAML (so 0.2, false, [1,2,6,3] and null work) and checked like
     a YAML value; for text keys the value is taken verbatim. A bool flag alone means true.
+    `script_args.cli_keys` is the set of config keys given on the command line.
     """
     parser = build_parser(description, add_script_args, shown_keys)
     namespace, unknown = parser.parse_known_args(argv)
@@ -655,6 +656,7 @@ def parse_cli(argv=None, description="", add_script_args=None, shown_keys=None):
     if script_args.config is not None:
         layers.append(_Layer(script_args.config, _read_yaml(script_args.config)))
     layers.append(_Layer(_CLI, cli_values, flags=True))
+    script_args.cli_keys = frozenset(cli_values)  # what the user set by hand (e.g. over a checkpoint's settings)
     return script_args, _resolve(layers)
 
 

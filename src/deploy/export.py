@@ -131,8 +131,12 @@ def export_network(network, file_format, file_name, batch_size, image_size, over
     return path
 
 
-def run_export(cfg, checkpoint_path, overwrite=False, conv_impl="native", dynamic_batch=False, log=print):
+def run_export(cfg, checkpoint_path, overwrite=False, conv_impl="native", dynamic_batch=False, log=print,
+               record=None):
     """export.py's work: checks, eval network from the checkpoint, fold, write. Returns the path.
+
+    The data settings used (cfg's, with the checkpoint's `record` classes and mean/std) are
+    written next to the model as <model file>.json (src.data.data_settings.write_sidecar).
 
     Cheap checks (existing target, AIR off Ascend, unavailable device) come before the
     network is built, so a mistake costs no model loading.
@@ -153,9 +157,12 @@ def run_export(cfg, checkpoint_path, overwrite=False, conv_impl="native", dynami
     deployed = create_deploy_network(network, cfg.file_format, conv_impl, dynamic_batch)
     path = export_network(deployed, cfg.file_format, file_name, cfg.export_batch_size, cfg.test_input_size,
                           overwrite=overwrite, dynamic_batch=dynamic_batch)
+    from src.data.data_settings import effective_settings, write_sidecar
+
+    sidecar = write_sidecar(path, effective_settings(cfg, record))
     impls = "native" if cfg.file_format == "ONNX" else conv_impl
     size = cfg.test_input_size
     batch = "any" if dynamic_batch else cfg.export_batch_size
     log(f"exported {cfg.arch} ({'EMA' if prefix else 'raw'} weights of {checkpoint_path}) as {cfg.file_format}: "
-        f"{path} (input {batch}x3x{size}x{size} float32, {impls} convolutions)")
+        f"{path} (input {batch}x3x{size}x{size} float32, {impls} convolutions); data settings: {sidecar}")
     return path

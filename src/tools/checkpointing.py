@@ -8,6 +8,7 @@ counter, ...) plus a few metadata entries stored through MindSpore's `append_dic
     step_num    train steps (Model.train steps) completed by then
     best_top1   best evaluation top-1 seen so far in the run (absent before the first eval)
     metric_*    the evaluation metrics of the best checkpoint (metric_top1, metric_loss, ...)
+    data_settings  the run's classes and evaluation transform (src/data/data_settings.py)
 
 Files become visible only complete: `save_checkpoint_atomic` writes a hidden temporary
 file, fsyncs it and renames it into place, so a kill -9 at any moment leaves either the
@@ -31,6 +32,7 @@ __all__ = ["CheckpointError", "CheckpointManager", "save_checkpoint_atomic", "re
            "CONFIG_DERIVED_PARAMS"]
 
 EPOCH_KEY, STEP_KEY, BEST_KEY, METRIC_PREFIX = "epoch_num", "step_num", "best_top1", "metric_"
+SETTINGS_KEY = "data_settings"  # src.data.data_settings.RECORD_KEY
 
 # Temporary names start with a dot and carry this marker; nothing else in a run directory does.
 _PARTIAL_MARK = ".partial-"
@@ -44,7 +46,7 @@ CONFIG_DERIVED_PARAMS = ("learning_rate",)
 
 
 def _is_metadata(name):
-    return name in (EPOCH_KEY, STEP_KEY, BEST_KEY) or name.startswith(METRIC_PREFIX)
+    return name in (EPOCH_KEY, STEP_KEY, BEST_KEY, SETTINGS_KEY) or name.startswith(METRIC_PREFIX)
 
 
 def _first_line(exc):
@@ -152,15 +154,17 @@ class CheckpointManager:
     evaluation does not replace a better best checkpoint.
 
     With is_main=False (ranks other than 0) nothing is written and saves return None.
+    `extra_meta` entries (the run's data settings) go into every checkpoint.
     """
 
-    def __init__(self, output_dir, prefix, keep_max, is_main=True):
+    def __init__(self, output_dir, prefix, keep_max, is_main=True, extra_meta=None):
         if keep_max < 1:
             raise ValueError(f"keep_max must be >= 1, got {keep_max}")
         self.output_dir = os.path.abspath(output_dir)
         self.prefix = prefix
         self.keep_max = keep_max
         self.is_main = is_main
+        self.extra_meta = dict(extra_meta or {})
         self.best_top1 = None
         self.latest_path = None  # the last complete checkpoint this manager wrote
         if is_main:
@@ -184,7 +188,7 @@ class CheckpointManager:
         return [path for _, _, path in sorted(found)]
 
     def _meta(self, epoch, step):
-        meta = {EPOCH_KEY: int(epoch), STEP_KEY: int(step)}
+        meta = {**self.extra_meta, EPOCH_KEY: int(epoch), STEP_KEY: int(step)}
         if self.best_top1 is not None:
             meta[BEST_KEY] = float(self.best_top1)
         return meta
