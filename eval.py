@@ -11,7 +11,8 @@ train_url at the end (src/tools/modelarts.py).
 import json
 import os
 
-from src.config import UserError, parse_cli, run_cli
+from src.config import parse_cli
+from src.errors import UserError, run_cli
 
 
 def add_eval_args(parser):

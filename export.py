@@ -14,7 +14,8 @@ backend only. --dynamic_batch gives an ONNX model a free batch axis.
 """
 import sys
 
-from src.config import parse_cli, run_cli
+from src.config import parse_cli
+from src.errors import run_cli
 
 
 def add_script_args(parser):

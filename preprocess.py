@@ -12,7 +12,8 @@ must match the exported graph's batch.
 """
 import sys
 
-from src.config import parse_cli, run_cli
+from src.config import parse_cli
+from src.errors import run_cli
 
 
 def add_script_args(parser):

@@ -12,7 +12,8 @@ train_url at the end (src/tools/modelarts.py).
 import os
 import time
 
-from src.config import UserError, parse_cli, run_cli, save_config
+from src.config import parse_cli, save_config
+from src.errors import UserError, run_cli
 
 
 def main(argv=None):

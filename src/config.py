@@ -8,7 +8,7 @@ in three layers, later layers winning:
 
 Everything is checked (unknown keys, types, ranges, combinations) before any heavy
 import, and every mistake is reported as a one-line `ConfigError` that names the file or
-flag, the key, the bad value and what is allowed. `run_cli` turns that into
+flag, the key, the bad value and what is allowed. `src.errors.run_cli` turns that into
 `error: <message>` on stderr and exit code 2.
 
 This module must stay light: it imports only the standard library and PyYAML, so that
@@ -22,7 +22,7 @@ Typical entry point::
         ...
 
     if __name__ == "__main__":
-        run_cli(main)
+        run_cli(main)  # from src.errors
 """
 import argparse
 import copy
@@ -30,12 +30,13 @@ import difflib
 import math
 import os
 import re
-import sys
 import tempfile
 from dataclasses import dataclass
 from typing import Optional
 
 import yaml
+
+from src.errors import UserError, one_line as _one_line
 
 # Names registered by src.models (see src.models.list_models()). Kept here as a static
 # tuple so that checking a config never imports MindSpore; tests/test_config.py checks
@@ -59,13 +60,6 @@ ARCH_DEPTHS = {
     "dm_nfnet_f6": (7, 14, 42, 21),
     "dm_nfnet_nano": (1, 1, 1, 1),
 }
-
-
-class UserError(ValueError):
-    """A mistake of the user's (config, data layout, checkpoint), reported in one line.
-
-    Entry points run under `run_cli`, which prints it as `error: <message>` and exits 2.
-    """
 
 
 class ConfigError(UserError):
@@ -591,10 +585,6 @@ def _show(value, limit=60):
     return f"{_one_line(text)} ({type(value).__name__})"
 
 
-def _one_line(text):
-    return " ".join(str(text).split())
-
-
 # --------------------------------------------------------------------------- command line
 
 class _ArgumentParser(argparse.ArgumentParser):
@@ -744,17 +734,3 @@ def save_config(cfg, path):
             os.remove(tmp)
         raise
 
-
-def run_cli(main_fn, *args, **kwargs):
-    """Run an entry point's main() and exit with its return code (None means 0).
-
-    A UserError (ConfigError, DatasetError, CheckpointError, ...) becomes `error: <message>`
-    on one stderr line and exit code 2, without a traceback: the user made a mistake, the
-    program did not.
-    """
-    try:
-        code = main_fn(*args, **kwargs)
-    except UserError as e:
-        print(f"error: {_one_line(e)}", file=sys.stderr)
-        sys.exit(2)
-    sys.exit(code or 0)

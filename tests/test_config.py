@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from src.config import (ARCH_DEPTHS, ARCH_NAMES, SCHEMA, Config, ConfigError, load_config,
-                        parse_cli, run_cli, save_config)
+                        parse_cli, save_config)
+from src.errors import run_cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG_DIR = os.path.join(ROOT, "src", "configs")
@@ -293,7 +294,8 @@ def test_entry_point_process_exits_2_without_traceback_or_mindspore(tmp_path):
     script.write_text(
         "import sys\n"
         f"sys.path.insert(0, {ROOT!r})\n"
-        "from src.config import parse_cli, run_cli\n"
+        "from src.config import parse_cli\n"
+        "from src.errors import run_cli\n"
         "def main():\n"
         "    args, cfg = parse_cli()\n"
         "    assert 'mindspore' not in sys.modules\n"
