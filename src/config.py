@@ -37,29 +37,12 @@ from typing import Optional
 import yaml
 
 from src.errors import UserError, one_line as _one_line
+from src.variants import VARIANTS
 
-# Names registered by src.models (see src.models.list_models()). Kept here as a static
-# tuple so that checking a config never imports MindSpore; tests/test_config.py checks
-# that the two agree.
-ARCH_NAMES = (
-    "dm_nfnet_f0", "dm_nfnet_f1", "dm_nfnet_f2", "dm_nfnet_f3",
-    "dm_nfnet_f4", "dm_nfnet_f5", "dm_nfnet_f6",
-    "dm_nfnet_nano",  # the small CPU demo variant
-)
-
-# Stage depths of each arch (the spec's variant table; nano is this project's demo net).
-# `depths` in a config must agree with its arch, so that a YAML never claims a network
-# other than the one that is built.
-ARCH_DEPTHS = {
-    "dm_nfnet_f0": (1, 2, 6, 3),
-    "dm_nfnet_f1": (2, 4, 12, 6),
-    "dm_nfnet_f2": (3, 6, 18, 9),
-    "dm_nfnet_f3": (4, 8, 24, 12),
-    "dm_nfnet_f4": (5, 10, 30, 15),
-    "dm_nfnet_f5": (6, 12, 36, 18),
-    "dm_nfnet_f6": (7, 14, 42, 21),
-    "dm_nfnet_nano": (1, 1, 1, 1),
-}
+# The arch names and F0's row come from the variant table (src/variants.py), which the
+# model builds its networks from too; F0's row gives the schema's per-variant defaults.
+ARCH_NAMES = tuple(VARIANTS)
+_F0 = VARIANTS["dm_nfnet_f0"]
 
 
 class ConfigError(UserError):
@@ -105,9 +88,9 @@ GROUPS = {
     "model": (
         Field("arch", str, "dm_nfnet_f0", "network name in the model registry", choices=ARCH_NAMES),
         Field("num_classes", int, 1000, "number of classes (size of the classifier)", **AT_LEAST_ONE),
-        Field("depths", list, [1, 2, 6, 3], "blocks per stage; must match arch",
+        Field("depths", list, list(_F0.depths), "blocks per stage; must match arch",
               item=int, length=4, **AT_LEAST_ONE),
-        Field("drop_rate", float, 0.2, "dropout before the classifier", **RATE),
+        Field("drop_rate", float, _F0.drop_rate, "dropout before the classifier", **RATE),
         Field("drop_path_rate", float, 0.25, "stochastic-depth rate of the deepest block", **RATE),
         Field("drop_path_mode", str, "deepmind",
               "deepmind: rate*i/N, no rescale; timm: linspace, rescaled by 1/keep",
@@ -124,8 +107,8 @@ GROUPS = {
         Field("train_split", str, "train", "training sub-folder of data_path"),
         Field("val_split", str, "val", "validation sub-folder of data_path"),
         Field("num_parallel_workers", int, 16, "data-loading workers per process", **AT_LEAST_ONE),
-        Field("input_size", int, 192, "training crop size in pixels", low=64),
-        Field("test_input_size", int, 256, "evaluation crop size in pixels", low=64),
+        Field("input_size", int, _F0.train_size, "training crop size in pixels", low=64),
+        Field("test_input_size", int, _F0.test_size, "evaluation crop size in pixels", low=64),
         # pixels (the seed's form, DeepMind's eval): squash-resize to test_input_size + crop_pct,
         # then center crop. squash / shorter (timm's form): resize the whole image (squash) or
         # its shorter side to test_input_size / crop_pct, then center crop.
@@ -519,7 +502,7 @@ def _describe_type(field):
 
 def _check_combinations(v, at):
     """Checks that involve several keys; `at(*keys)` names whichever of them was set last."""
-    expected = list(ARCH_DEPTHS[v["arch"]])
+    expected = list(VARIANTS[v["arch"]].depths)
     if v["depths"] != expected:
         raise ConfigError(f"{at('depths', 'arch')}: depths {v['depths']} do not match arch "
                           f"{v['arch']}, whose depths are {expected} (change both, or use that "

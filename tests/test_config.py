@@ -7,7 +7,7 @@ import sys
 import pytest
 import yaml
 
-from src.config import (ARCH_DEPTHS, ARCH_NAMES, SCHEMA, Config, ConfigError, load_config,
+from src.config import (SCHEMA, Config, ConfigError, load_config,
                         parse_cli, save_config)
 from src.errors import run_cli
 
@@ -100,12 +100,14 @@ def test_demo_yaml_is_a_small_cpu_run():
     assert cfg.eval_while_train and cfg.num_parallel_workers == 2
 
 
-def test_static_arch_table_agrees_with_the_model_registry():
+def test_variant_table_is_what_the_schema_allows_and_the_registry_builds():
     from src import models
+    from src.variants import VARIANTS as TABLE
 
-    assert set(ARCH_NAMES) <= set(models.list_models())
-    for name in ARCH_NAMES:
-        assert tuple(models.MODEL_CFGS[name].depths) == ARCH_DEPTHS[name], name
+    assert set(SCHEMA["arch"].choices) == set(TABLE) <= set(models.list_models())
+    for name, variant in TABLE.items():
+        cfg = models.MODEL_CFGS[name]
+        assert (cfg.depths, cfg.channels) == (variant.depths, variant.widths), name
 
 
 # --------------------------------------------------------------------------- command line
