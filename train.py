@@ -12,12 +12,15 @@ train_url at the end (src/tools/modelarts.py).
 import os
 import time
 
-from src.config import parse_cli, save_config
+from src.config import SCHEMA, group_keys, parse_cli, save_config
 from src.errors import UserError, run_cli
+
+USED_KEYS = tuple(key for key in SCHEMA if key not in group_keys("export"))  # listed by --help
 
 
 def main(argv=None):
-    _, cfg = parse_cli(argv, description="Train an NFNet (YAML config, --key value overrides).")
+    _, cfg = parse_cli(argv, description="Train an NFNet (YAML config, --key value overrides).",
+                       shown_keys=USED_KEYS)
     from src.tools.context import fit_to_machine, init_context
     from src.tools.modelarts import check_before_init, data_and_results
 
@@ -51,10 +54,12 @@ def train(cfg, ctx, output_dir):
     from src.tools.checkpointing import (CheckpointManager, find_latest_checkpoint, load_training_state,
                                          read_checkpoint_meta)
     from src.tools.criterion import create_loss
+    from src.tools.framework_warnings import divert_framework_warnings
     from src.tools.logger import RunLogger
 
     log = RunLogger(os.path.join(output_dir, "train.log" if ctx.is_main else f"train_rank{ctx.rank}.log"),
                     rank=ctx.rank)
+    divert_framework_warnings(log.to_file)  # MindSpore's own warnings: in the log, not on the console
     resume_path = find_latest_checkpoint(output_dir, log_fn=log) if cfg.resume == "auto" else cfg.resume
     start_epoch = int(read_checkpoint_meta(resume_path).get("epoch_num", 0)) if resume_path else 0
     if ctx.is_main:

@@ -16,8 +16,16 @@ class RunLogger:
         if self._file is not None:
             self._file.write(line + "\n")
 
+    def to_file(self, message):
+        """A timestamped line in the file only (e.g. MindSpore's own warnings); dropped once closed."""
+        if self._file is not None:
+            self._file.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {self.prefix}{message}\n")
+
     def close(self):
         if self._file is not None:
             self._file.close()
             self._file = None
+
+    def __del__(self):  # closed with the logger, so no ResourceWarning for the file
+        self.close()
 
