@@ -11,7 +11,8 @@ import, and every mistake is reported as a one-line `ConfigError` that names the
 flag, the key, the bad value and what is allowed. `src.errors.run_cli` turns that into
 `error: <message>` on stderr and exit code 2.
 
-This module must stay light: it imports only the standard library and PyYAML, so that
+This module must stay light: it imports only the standard library, PyYAML and the two
+standard-library-only modules below it (src/errors.py, src/variants.py), so that
 `python train.py --bad_key 1` fails in a fraction of a second and `src` can be used as a
 library without a command line.
 
