@@ -18,7 +18,8 @@ train_url at the end (src/tools/modelarts.py).
 import json
 import os
 
-from src.config import UserError, group_keys, parse_cli, run_cli
+from src.config import group_keys, parse_cli
+from src.errors import UserError, run_cli
 
 USED_KEYS = ("arch", "num_classes", "depths", "pretrained",  # the config keys --help lists
              *(key for key in group_keys("data") if key not in ("train_split", "input_size")),

@@ -17,7 +17,8 @@ the model as <model file>.json for predict.py.
 """
 import sys
 
-from src.config import group_keys, parse_cli, run_cli
+from src.config import group_keys, parse_cli
+from src.errors import run_cli
 
 USED_KEYS = ("arch", "num_classes", "depths", "pretrained", "test_input_size", "use_ema",  # listed by --help
              *group_keys("export"), "device_target", "device_id")

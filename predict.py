@@ -15,7 +15,8 @@ import os
 import sys
 import tempfile
 
-from src.config import ConfigError, parse_cli, run_cli
+from src.config import ConfigError, parse_cli
+from src.errors import run_cli
 
 DEFAULT_BATCH = 16
 USED_KEYS = ("arch", "num_classes", "depths", "test_input_size", "eval_crop_mode", "crop_pct",  # listed by --help

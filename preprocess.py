@@ -16,7 +16,8 @@ on the command line, as export.py and eval.py do: the tensors then match the exp
 import os
 import sys
 
-from src.config import UserError, parse_cli, run_cli
+from src.config import parse_cli
+from src.errors import UserError, run_cli
 
 USED_KEYS = ("data_path", "data_url", "val_split", "test_input_size", "eval_crop_mode", "crop_pct",  # --help
              "interpolation", "export_batch_size", "strict_data")

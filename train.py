@@ -18,7 +18,8 @@ steps with a checkpoint; --resume auto continues with the next epoch.
 import os
 import time
 
-from src.config import SCHEMA, UserError, group_keys, parse_cli, run_cli, save_config
+from src.config import SCHEMA, group_keys, parse_cli, save_config
+from src.errors import UserError, run_cli
 
 USED_KEYS = tuple(key for key in SCHEMA if key not in group_keys("export"))  # listed by --help
 

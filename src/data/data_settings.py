@@ -21,7 +21,8 @@ No MindSpore at import time: the entry points apply the record before their heav
 import json
 import os
 
-from src.config import ARCH_DEPTHS, UserError
+from src.errors import UserError
+from src.variants import VARIANTS
 
 from .transforms import IMAGENET_MEAN, IMAGENET_STD
 
@@ -204,7 +205,8 @@ def apply_settings(cfg, record, explicit=(), keys=MODEL_KEYS + TRANSFORM_KEYS):
         return cfg, {}
     replace = dict(changes)
     if "arch" in replace and "depths" not in explicit:
-        replace["depths"] = list(ARCH_DEPTHS.get(replace["arch"], cfg.depths))
+        variant = VARIANTS.get(replace["arch"])
+        replace["depths"] = list(variant.depths) if variant else cfg.depths
     if "crop_pct" in replace or "eval_crop_mode" in replace:  # they are checked together
         replace.setdefault("crop_pct", record.get("crop_pct", cfg.crop_pct))
         replace.setdefault("eval_crop_mode", record.get("eval_crop_mode", cfg.eval_crop_mode))

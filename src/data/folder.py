@@ -5,7 +5,7 @@ layout (and fail with one line naming the culprit) before paying for heavy impor
 """
 import os
 
-from src.config import UserError
+from src.errors import UserError
 
 from .to_mindrecord import is_mindrecord_split, read_classes
 

@@ -4,7 +4,7 @@ import os
 import mindspore as ms
 from mindspore import Tensor
 
-from src.config import UserError
+from src.errors import UserError
 
 
 class CheckpointError(UserError):

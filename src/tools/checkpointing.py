@@ -24,7 +24,7 @@ import numpy as np
 import mindspore as ms
 from mindspore import Tensor
 
-from src.config import UserError
+from src.errors import UserError
 from src.models.checkpoint import CheckpointError, describe_mismatch
 
 __all__ = ["CheckpointError", "CheckpointManager", "save_checkpoint_atomic", "remove_partial_files",

@@ -5,6 +5,8 @@ import re
 import sys
 from dataclasses import dataclass
 
+from src.errors import UserError
+
 # Environment variables set by MindSpore's launchers: msrun (MS_WORKER_NUM), an hccl rank
 # table on Ascend (RANK_SIZE), OpenMPI's mpirun on GPU (OMPI_COMM_WORLD_SIZE).
 _LAUNCHER_SIZE_VARS = ("MS_WORKER_NUM", "RANK_SIZE", "OMPI_COMM_WORLD_SIZE")
@@ -92,8 +94,6 @@ def fit_to_machine(cfg, notice=print):
     names the fix (a UserError); num_parallel_workers above the cores is lowered to the core
     count (MindSpore's dataset rejects more) with a notice.
     """
-    from src.config import UserError
-
     if not device_available(cfg.device_target):
         import mindspore as ms
 

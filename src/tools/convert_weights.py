@@ -21,7 +21,7 @@ import sys
 
 import numpy as np
 
-from src.config import UserError
+from src.errors import UserError
 
 _SAFETENSORS_DTYPES = {
     "F64": np.float64, "F32": np.float32, "F16": np.float16,

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from deploy_helpers import DIGITS_CONFIG, F0_CONFIG, error_lines, run_python, write_image_folder
-from src.config import UserError, load_config
+from src.config import load_config
+from src.errors import UserError
 from src.data.folder import scan_image_folder
 from src.data.transforms import create_eval_transform, load_image
 from src.deploy.binio import read_labels, read_tensor
