@@ -48,7 +48,7 @@ FLAVOURS = {"lite": ["-DNFNET_MINDSPORE_LITE"], "full": []}
 GXX = shutil.which("g++")
 
 needs_gxx = pytest.mark.skipif(GXX is None, reason="g++ is not installed (Debian package g++)")
-# "outside the repository: " is the one skip tests/conftest.py lets a CI run keep
+# "outside the repository: " marks a skip tests/conftest.py lets a CI run keep (UNAVOIDABLE_SKIPS)
 needs_api = pytest.mark.skipif(
     not os.path.isfile(os.path.join(CXX_API, "include", "api", "model.h")),
     reason=f"outside the repository: MindSpore's C++ API headers are not at {CXX_API} (../shared/mindspore-cxx-api relative to the "
