@@ -8,6 +8,11 @@ keep_checkpoint_max epochs and <arch>_best.ckpt), metrics.csv and curves.png. In
 distributed run rank 0 alone decides on it and writes these; rank r logs to train_rank<r>.log.
 With enable_modelarts, data_url is copied to data_path first and the run directory goes to
 train_url at the end (src/tools/modelarts.py).
+
+Exit status: 0 done (also: --resume auto of a finished run, which changes nothing); 1 training
+diverged or a rank was lost; 2 a one-line `error:` (a setting, the data, a checkpoint, a write the
+filesystem refused); 143 / 130 stopped by SIGTERM / Ctrl-C after writing a mid-epoch checkpoint
+that --resume auto continues from (src/tools/preemption.py).
 """
 import os
 import time
@@ -20,6 +25,9 @@ def main(argv=None):
     from src.tools.modelarts import check_before_init, data_and_results
 
     check_before_init(cfg, check_inputs)  # before the heavy imports: a wrong path costs no graph build
+    from src.tools.run_dir import check_output_dir
+
+    check_output_dir(cfg.output_dir, cfg.overwrite_output, cfg.resume is not None)
     from src.tools.checkpointing import prepare_output_dir
     from src.tools.context import init_context
 
@@ -27,8 +35,12 @@ def main(argv=None):
                        cfg.cluster_timeout)
     output_dir = prepare_output_dir(cfg.output_dir, overwrite=cfg.overwrite_output, resume=cfg.resume is not None,
                                     is_main=ctx.is_main, share=ctx.from_main)
-    with data_and_results(cfg, ctx, output_dir, check_inputs):
-        return train(cfg, ctx, output_dir)
+    from src.tools.checkpointing import describe_kept, write_errors_reported
+    from src.tools.preemption import StopRequest
+
+    with data_and_results(cfg, ctx, output_dir, check_inputs), StopRequest() as stop_request, \
+            write_errors_reported(lambda: describe_kept(output_dir)):
+        return train(cfg, ctx, output_dir, stop_request)
 
 
 def check_inputs(cfg):
@@ -43,30 +55,43 @@ def check_inputs(cfg):
             raise UserError(f"checkpoint not found: {path} (given as {key})")
 
 
-def train(cfg, ctx, output_dir):
-    """Train in output_dir (decided by rank 0, shared by every rank); returns the exit status."""
+def train(cfg, ctx, output_dir, stop_request=None):
+    """Train in output_dir (decided by rank 0, every rank writes its log there); returns the exit status."""
     from src import builders
-    from src.tools.checkpointing import (CheckpointManager, find_latest_checkpoint, load_training_state,
+    from src.tools.checkpointing import (CheckpointManager, check_resume, find_latest_checkpoint, load_training_state,
                                          read_checkpoint_meta)
     from src.tools.criterion import create_loss
     from src.tools.logger import RunLogger
+    from src.tools.preemption import exit_status
 
     log = RunLogger(os.path.join(output_dir, "train.log" if ctx.is_main else f"train_rank{ctx.rank}.log"),
                     rank=ctx.rank)
     resume_path = find_latest_checkpoint(output_dir, log_fn=log) if cfg.resume == "auto" else cfg.resume
-    start_epoch = int(read_checkpoint_meta(resume_path).get("epoch_num", 0)) if resume_path else 0
+    meta = read_checkpoint_meta(resume_path) if resume_path else {}
+    shape = dict(batch_size=cfg.batch_size, device_num=ctx.group_size, accumulation_step=cfg.accumulation_step,
+                 epochs=cfg.epochs)
+    if resume_path and check_resume(meta, resume_path, shape, log_fn=log) == "finished":
+        print(f"nothing to do: the run is finished, {resume_path} holds epoch {cfg.epochs} of {cfg.epochs} "
+              "(raise --epochs to train further)", flush=True)
+        return 0
+    start_epoch, skip_steps = int(meta.get("epoch_num", 0)), int(meta.get("epoch_step", 0) or 0)
     if ctx.is_main:
         save_config(cfg, os.path.join(output_dir, "config.yaml"))
     log(f"run directory {output_dir}: {cfg.arch} on {cfg.device_target}, {ctx.group_size} device(s)")
 
     bad_file_log = os.path.join(output_dir, "bad_files.txt")
-    train_ds, mixup = builders.build_train_dataset(cfg, ctx, start_epoch, bad_file_log)
+    # a run stopped in the middle of an epoch continues with that epoch's remaining batches, then the next epoch
+    train_ds, mixup = builders.build_train_dataset(cfg, ctx, start_epoch + (1 if skip_steps else 0), bad_file_log)
+    rest_of_epoch = builders.build_train_dataset(cfg, ctx, start_epoch, bad_file_log, skip_batches=skip_steps)[0] \
+        if skip_steps else None
     val_ds = builders.build_eval_dataset(cfg, ctx, bad_file_log) if cfg.eval_while_train else None
     micro_steps = train_ds.get_dataset_size()
     steps_per_epoch = micro_steps // cfg.accumulation_step
     if steps_per_epoch < 1:
         raise UserError(f"{cfg.data_path}: {micro_steps} batches per epoch, fewer than "
                         f"accumulation_step {cfg.accumulation_step}")
+    if resume_path:
+        check_resume(meta, resume_path, dict(steps_per_epoch=micro_steps))
     lr_schedule, peak_lr, global_batch = builders.build_lr_schedule(cfg, steps_per_epoch, ctx.group_size)
     log(f"global batch {global_batch}, peak lr {peak_lr:.6g}, {steps_per_epoch} optimizer steps per epoch")
 
@@ -75,30 +100,37 @@ def train(cfg, ctx, output_dir):
     optimizer = builders.build_optimizer(cfg, network, lr_schedule)
     train_cell, run = builders.build_trainer(cfg, network, loss_fn, optimizer)
 
-    manager = CheckpointManager(output_dir, cfg.arch, cfg.keep_checkpoint_max, is_main=ctx.is_main)
+    manager = CheckpointManager(output_dir, cfg.arch, cfg.keep_checkpoint_max, is_main=ctx.is_main,
+                                run_meta=dict(shape, steps_per_epoch=micro_steps))
     if resume_path:
         state = load_training_state(train_cell, resume_path)
         manager.best_top1 = state["best_top1"]
-        log(f"resumed from {resume_path}: epoch {state['epoch']}, step {state['global_step']}")
+        within = f" + {skip_steps} step(s) of epoch {start_epoch + 1}" if skip_steps else ""
+        log(f"resumed from {resume_path}: epoch {state['epoch']}{within}, step {state['global_step']}")
     elif cfg.resume:
         log(f"--resume {cfg.resume}: no checkpoint in {output_dir} yet, starting from scratch")
 
     eval_fn = builders.build_eval_fn(cfg, ctx, train_cell, network, val_ds) if val_ds is not None else None
     callbacks = builders.build_callbacks(cfg, ctx, log, output_dir, manager, train_cell, eval_fn, micro_steps,
-                                         lr_schedule, resumed=bool(resume_path))
+                                         lr_schedule, resumed=bool(resume_path), stop_request=stop_request,
+                                         skip_steps=skip_steps)
     from src.data.dataset import reported_data_errors
+    from src.tools.callbacks import NonFiniteLossGuard, StopOnSignal
 
     start = time.time()
     with reported_data_errors():
-        run(train_ds, callbacks, start_epoch)
+        run(train_ds, callbacks, start_epoch, rest_of_epoch)
     log(f"training finished in {(time.time() - start) / 60:.1f} min; steps skipped for non-finite values: "
         f"{int(train_cell.overflow_count.asnumpy())}")
     if manager.best_top1 is not None:
         log(f"best top1 {manager.best_top1:.4f}: {manager.best_path}")
-    guard = callbacks[1]
+    guard = next(c for c in callbacks if isinstance(c, NonFiniteLossGuard))
     if guard.stopped:
         log(guard.message)
         return 1
+    stopper = next((c for c in callbacks if isinstance(c, StopOnSignal)), None)
+    if stopper is not None and stopper.signum:
+        return exit_status(stopper.signum)
     return 0
 
 

@@ -238,49 +238,54 @@ class EpochShardSampler(ds.Sampler):
     Each ``__iter__`` call is one epoch, counted from ``start_epoch``. The order is a
     permutation seeded by (seed, epoch), identical on every rank; it is wrapped
     around to a multiple of ``num_shards`` so every shard has ceil(N / num_shards) items.
+    ``skip`` leaves out the first items of every epoch's shard: a sampler for the rest of an
+    epoch that a stopped run had begun (MindSpore fixes the item count per pass, so that
+    rest is a pipeline of its own).
     """
 
-    def __init__(self, num_items, num_shards=1, shard_id=0, shuffle=True, seed=0, start_epoch=0):
+    def __init__(self, num_items, num_shards=1, shard_id=0, shuffle=True, seed=0, start_epoch=0, skip=0):
         self.num_items = num_items
         self.num_shards = num_shards
         self.shard_id = shard_id
         self.shuffle = shuffle
         self.seed = seed
         self.epoch = start_epoch
+        self.skip = int(skip)
         super().__init__()
 
     def __len__(self):
-        return math.ceil(self.num_items / self.num_shards)
+        return math.ceil(self.num_items / self.num_shards) - self.skip
 
     def epoch_indices(self, epoch):
         if self.shuffle:
             order = np.random.default_rng([self.seed, epoch]).permutation(self.num_items)
         else:
             order = np.arange(self.num_items)
-        order = np.resize(order, len(self) * self.num_shards)  # wraps around
+        order = np.resize(order, math.ceil(self.num_items / self.num_shards) * self.num_shards)  # wraps around
         return order[self.shard_id::self.num_shards]
 
     def __iter__(self):
         epoch = self.epoch
         self.epoch += 1
         offset = epoch * self.num_items
-        return iter([offset + int(i) for i in self.epoch_indices(epoch)])
+        return iter([offset + int(i) for i in self.epoch_indices(epoch)[self.skip:]])
 
 
 class MixupBatch:
     """``per_batch_map`` of the training batch: stacks the batch and applies ``mixup``, seeded per batch."""
 
-    def __init__(self, mixup, seed=0, start_epoch=0):
+    def __init__(self, mixup, seed=0, start_epoch=0, skip_batches=0):
         self.mixup = mixup
         self.seed = seed
         self.start_epoch = start_epoch
+        self.skip_batches = skip_batches  # batches of each epoch left out (see EpochShardSampler's skip)
 
     def __call__(self, images, labels, batch_info):
         x = np.stack(images).astype(np.float32, copy=False)
         y = np.asarray(labels, dtype=np.int64)
         epoch = self.start_epoch + batch_info.get_epoch_num()
         # the 2**31 word keeps mixup draws apart from the per-sample draws of the same epoch
-        with _seeded_random_state(self.seed, epoch, batch_info.get_batch_num(), 2 ** 31):
+        with _seeded_random_state(self.seed, epoch, self.skip_batches + batch_info.get_batch_num(), 2 ** 31):
             x, targets = self.mixup(x, y)
         x = np.asarray(x, dtype=np.float32)
         targets = np.asarray(targets, dtype=np.float32)
@@ -301,7 +306,8 @@ def create_mixup(mix_up=0.0, cutmix=0.0, cutmix_minmax=None, mixup_prob=1.0, swi
 
 def create_dataset(data_path, split, is_training, batch_size, transform, num_parallel_workers=2, shuffle=None,
                    num_shards=None, shard_id=None, drop_remainder=None, seed=0, mixup=None, strict_data=False,
-                   start_epoch=0, bad_file_log=None, python_multiprocessing=DEFAULT_PYTHON_MULTIPROCESSING):
+                   start_epoch=0, bad_file_log=None, python_multiprocessing=DEFAULT_PYTHON_MULTIPROCESSING,
+                   skip_batches=0):
     """Batched mindspore.dataset pipeline over ``data_path/split`` (columns: see the module docstring).
 
     Args:
@@ -323,6 +329,8 @@ def create_dataset(data_path, split, is_training, batch_size, transform, num_par
         start_epoch: epoch the pipeline's first pass counts as (resume), for the shuffle and the draws.
         bad_file_log: text file that workers append unreadable paths to (see read_bad_file_log).
         python_multiprocessing: process workers (default, measured faster) or threads.
+        skip_batches: training only: leave out the first batches of each epoch (the rest of an epoch
+            that a stopped run had begun; image folders only).
     """
     if (num_shards is None) != (shard_id is None):
         raise ValueError("num_shards and shard_id must be given together")
@@ -337,6 +345,8 @@ def create_dataset(data_path, split, is_training, batch_size, transform, num_par
         raise ValueError("mixup applies to training only")
     workers = max(1, int(num_parallel_workers))
     if is_mindrecord_split(data_path, split):
+        if skip_batches:
+            raise DatasetError(f"{data_path}: a MindRecord split cannot resume in the middle of an epoch")
         return _create_mindrecord_dataset(mindrecord_files(data_path, split), is_training, batch_size, transform,
                                           workers, shuffle, num_shards, shard_id, drop_remainder, mixup, seed,
                                           start_epoch, python_multiprocessing)
@@ -355,7 +365,8 @@ def create_dataset(data_path, split, is_training, batch_size, transform, num_par
 
     shuffle = True if shuffle is None else shuffle
     drop_remainder = True if drop_remainder is None else drop_remainder
-    sampler = EpochShardSampler(len(samples), num_shards, shard_id, shuffle, seed, start_epoch)
+    sampler = EpochShardSampler(len(samples), num_shards, shard_id, shuffle, seed, start_epoch,
+                                skip=skip_batches * batch_size)
     if drop_remainder and len(sampler) < batch_size:
         raise DatasetError(f"{split_dir}: {len(sampler)} images per shard, fewer than one batch of {batch_size}")
     source = TrainSource(samples, transform, seed, strict_data, bad_file_log)
@@ -365,7 +376,7 @@ def create_dataset(data_path, split, is_training, batch_size, transform, num_par
     # one batch worker: the per-batch seeding of the global random state must not interleave
     return dataset.batch(batch_size, drop_remainder=drop_remainder, num_parallel_workers=1,
                          input_columns=["image", "label"], output_columns=["image", "label"],
-                         per_batch_map=MixupBatch(mixup, seed, start_epoch))
+                         per_batch_map=MixupBatch(mixup, seed, start_epoch, skip_batches))
 
 
 class MindRecordDecode:

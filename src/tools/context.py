@@ -44,6 +44,21 @@ class RunContext:
         broadcast(tensor, src=0, group=GlobalComm.WORLD_COMM_GROUP)
         return int(tensor.asnumpy())
 
+    def max_over_ranks(self, value):
+        """The largest integer ``value`` over all ranks, on every rank (an all-reduce: every rank
+        must call it at the same point, it also serves as a barrier)."""
+        if not self.distributed:
+            return int(value)
+        import numpy as np
+        from mindspore import Tensor
+        from mindspore.communication import GlobalComm
+        from mindspore.ops.communication import all_reduce
+
+        tensor = Tensor(np.array([value], np.int32))
+        result = all_reduce(tensor, op="max", group=GlobalComm.WORLD_COMM_GROUP)
+        result = result[0] if isinstance(result, tuple) else result
+        return int((result if isinstance(result, Tensor) else tensor).asnumpy()[0])
+
 
 def set_cpu_threads(num=None):
     """Size MindSpore's CPU kernel thread pool to the cores this process may use.

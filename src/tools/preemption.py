@@ -1,0 +1,60 @@
+"""Stopping at a step boundary on SIGTERM or Ctrl-C, so that a preempted run loses nothing.
+
+Preemptible clusters (Slurm, Kubernetes, ModelArts) send SIGTERM and kill the job after a
+grace period. `StopRequest` records the first SIGTERM or SIGINT (Ctrl-C); training finishes
+the step in progress, writes a mid-epoch checkpoint (src.tools.callbacks.StopOnSignal) and
+exits with 128 + the signal number (143 for SIGTERM, 130 for Ctrl-C), what shells and
+schedulers report for a job ended by that signal. A second Ctrl-C ends the process at once
+(the default action, even inside a long kernel). Further SIGTERMs are ignored: the stop is
+already under way.
+
+Python runs a signal handler only between bytecodes of the main thread, i.e. when the step's
+kernels have returned; the handler itself only records the signal.
+"""
+import signal
+import threading
+
+__all__ = ["StopRequest", "exit_status"]
+
+_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def exit_status(signum):
+    """The process exit status of a run stopped by `signum`: 128 + signum."""
+    return 128 + int(signum)
+
+
+class StopRequest:
+    """Records the first SIGTERM / SIGINT while installed (a context manager).
+
+    Attributes:
+        signum: the signal received first, or None.
+    """
+
+    def __init__(self):
+        self.signum = None
+        self._previous = {}
+
+    @property
+    def name(self):
+        return signal.Signals(self.signum).name if self.signum else None
+
+    def _handle(self, signum, _frame):
+        if self.signum is not None:
+            return
+        self.signum = signum
+        if signum == signal.SIGINT:
+            signal.signal(signal.SIGINT, signal.SIG_DFL)  # a second Ctrl-C ends the process at once
+        print(f"{signal.Signals(signum).name} received: finishing the current step, then writing a checkpoint "
+              "(press Ctrl-C again to stop at once, without one)", flush=True)
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            for sig in _SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc):
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+        self._previous.clear()
