@@ -338,18 +338,15 @@ def check_resume(meta, path, settings, log_fn=print):
     """Whether and how a run continues from the checkpoint at `path` whose metadata is `meta`.
 
     `settings` holds this run's RUN_KEYS values (those not known yet may be left out).
-    Returns "finished" when the checkpoint already holds the whole run (epochs reached, no
-    epoch in progress); raises CheckpointError, one line naming the setting and both values,
-    when a setting that decides the step count or the schedule differs (batch_size,
-    device_num, accumulation_step, steps_per_epoch) or `epochs` is below the epoch reached;
-    logs a longer `epochs` as a changed schedule and returns "continue". Checkpoints written
+    Raises CheckpointError, one line naming the setting and both values, when a setting that
+    decides the step count or the schedule differs (batch_size, device_num, accumulation_step,
+    steps_per_epoch) or `epochs` is below the epoch reached; returns "finished" when the
+    checkpoint already holds the whole run (epochs reached, no epoch in progress); logs a longer `epochs` as a changed schedule and returns "continue". Checkpoints written
     before these entries existed are only checked for the epoch.
     """
     done, in_epoch = int(meta.get(EPOCH_KEY, 0)), int(meta.get(EPOCH_STEP_KEY, 0) or 0)
     reached = done + (1 if in_epoch else 0)
     epochs = settings.get("epochs")
-    if epochs is not None and done == epochs and not in_epoch:
-        return "finished"
     if epochs is not None and epochs < reached:
         raise CheckpointError(f"cannot resume: epochs {epochs} is below the {reached} epoch(s) {path} has reached "
                               f"(set --epochs {reached} or more)")
@@ -359,6 +356,8 @@ def check_resume(meta, path, settings, log_fn=print):
             raise CheckpointError(f"cannot resume: {words.get(key, key)} is {settings[key]} but {meta[key]} in "
                                   f"{path}; the step count and the lr schedule depend on it: resume with "
                                   f"{key} {meta[key]}, or start a new run in another output_dir")
+    if epochs is not None and done == epochs and not in_epoch:
+        return "finished"
     if epochs is not None and "epochs" in meta and int(meta["epochs"]) != epochs:
         log_fn(f"schedule changed: epochs {int(meta['epochs'])} -> {epochs}; the lr schedule is rebuilt for "
                f"{epochs} epochs and continues at step {int(meta.get(STEP_KEY, 0))}")
@@ -421,7 +420,6 @@ def load_training_state(train_cell, path, skip=CONFIG_DERIVED_PARAMS):
     meta = {name: _scalar(value) for name, value in stored.items() if _is_metadata(name)}
     return {
         "epoch": int(meta[EPOCH_KEY]),
-        "epoch_step": int(meta.get(EPOCH_STEP_KEY, 0) or 0),
         "global_step": int(meta.get(STEP_KEY, 0)),
         "best_top1": meta.get(BEST_KEY),
         "metrics": {name[len(METRIC_PREFIX):]: value for name, value in meta.items()

@@ -14,7 +14,10 @@ class RunLogger:
         line = f"{time.strftime('%Y-%m-%d %H:%M:%S')} {self.prefix}{message}"
         print(line, flush=True)
         if self._file is not None:
-            self._file.write(line + "\n")
+            try:
+                self._file.write(line + "\n")
+            except OSError as exc:  # a full or read-only disk: name the file (write() does not)
+                raise OSError(exc.errno, exc.strerror, self.path) from None
 
     def close(self):
         if self._file is not None:

@@ -64,8 +64,8 @@ def check_output_dir(output_dir, overwrite=False, resume=False):
         what = "exists and is not a directory" if probe == path else f"cannot be created: {probe} is a file"
         raise UserError(f"output_dir {path} {what}")
     if not os.access(probe, os.W_OK | os.X_OK):
-        where = "" if probe == path else f" (its parent {probe} is not writable)"
-        raise UserError(f"output_dir {path}: no permission to write{where}")
+        where = "" if probe == path else f" (its parent {probe} is not)"
+        raise UserError(f"output_dir {path} is not writable{where}: a read-only filesystem or no permission")
     if overwrite and not resume and _nonempty_dir(path) and not is_project_dir(path):
         raise UserError(f"--overwrite_output refused: {path} was not created by train.py (no {RUN_MARKER} "
                         "marker), nothing deleted; choose another output_dir or clear it yourself")
