@@ -28,6 +28,11 @@ def main(argv=None):
     from src.tools.run_dir import check_output_dir
 
     check_output_dir(cfg.output_dir, cfg.overwrite_output, cfg.resume is not None)
+    from src.tools.context import launched_distributed
+    from src.tools.preemption import end_with_parent
+
+    if launched_distributed():
+        end_with_parent()  # a killed launcher takes its workers with it
     from src.tools.checkpointing import prepare_output_dir
     from src.tools.context import init_context
 

@@ -103,10 +103,10 @@ AT_LEAST_ONE = dict(low=1)                         # >= 1
 PROBABILITY = dict(low=0, high=1)                  # [0, 1]
 RATE = dict(low=0, high=1, high_open=True)         # [0, 1)
 # Upper bounds for sizes that set memory or time (a typo such as 1e9 fails here, not in an allocation);
-# every other integer is bounded by int32, what MindSpore's counters hold.
+# every other integer by 2**32 - 1 (seeds are 32-bit; nothing here counts further).
 MAX_PIXELS = 4096
 MAX_BATCH = 65536
-INT_LIMIT = 2 ** 31 - 1
+INT_LIMIT = 2 ** 32 - 1
 
 # timm's RandAugment syntax: "rand" then "-<letters><number>" parts, e.g. rand-m9-n2-mstd0.5-inc1.
 RAND_AUGMENT_PATTERN = r"rand(-[a-z]+\d+(\.\d+)?)*"

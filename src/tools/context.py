@@ -90,8 +90,8 @@ def init_context(device_target="CPU", device_id=0, mode="graph", seed=0, determi
     mindspore.communication.init() and DATA_PARALLEL with averaged gradients, so the
     optimizer (and AGC inside it) sees the mean gradient over all devices.
 
-    `cluster_timeout` (seconds) becomes MindSpore's MS_NODE_TIMEOUT (unless the environment
-    sets it) for msrun / dynamic-cluster launches. Measured on CPU under MindSpore 2.10: it
+    `cluster_timeout` (seconds) becomes MindSpore's MS_NODE_TIMEOUT for msrun / dynamic-cluster
+    launches (scripts/run_distribute_train_msrun.sh gives msrun the same value). Measured on CPU under MindSpore 2.10: it
     bounds both how long a rank waits in an all-reduce for a rank that is late (MindSpore's
     default of about 30 s stopped a job whose rank 0 paused 45 s) and how long the survivors
     of a dead rank run on before MindSpore stops them (SIGTERM after the timeout).
@@ -113,8 +113,8 @@ def init_context(device_target="CPU", device_id=0, mode="graph", seed=0, determi
         return RunContext()
     from mindspore.communication import get_group_size, get_rank, init
 
-    if cluster_timeout:
-        os.environ.setdefault("MS_NODE_TIMEOUT", str(int(cluster_timeout)))
+    if cluster_timeout:  # the one timeout setting: it replaces an MS_NODE_TIMEOUT of the environment
+        os.environ["MS_NODE_TIMEOUT"] = str(int(cluster_timeout))
     init()
     rank, group_size = get_rank(), get_group_size()
     ms.reset_auto_parallel_context()

@@ -11,10 +11,13 @@ already under way.
 Python runs a signal handler only between bytecodes of the main thread, i.e. when the step's
 kernels have returned; the handler itself only records the signal.
 """
+import ctypes
+import os
 import signal
+import sys
 import threading
 
-__all__ = ["StopRequest", "exit_status"]
+__all__ = ["StopRequest", "exit_status", "end_with_parent"]
 
 _SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -58,3 +61,22 @@ class StopRequest:
         for sig, previous in self._previous.items():
             signal.signal(sig, previous)
         self._previous.clear()
+
+
+def end_with_parent(signum=signal.SIGTERM):
+    """Have the kernel send `signum` to this process when its parent (the launcher) dies (Linux only).
+
+    msrun starts each worker in a session of its own, so a launcher killed outright (kill -9, a
+    lost node) would leave its workers training; with this they receive SIGTERM and stop like a
+    preempted run. prctl(PR_SET_PDEATHSIG), see prctl(2).
+    """
+    if not sys.platform.startswith("linux"):
+        return
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signum), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # the parent died before the call
+        os.kill(os.getpid(), signum)
