@@ -60,24 +60,51 @@ def check_inputs(cfg):
             raise UserError(f"checkpoint not found: {path} (given as {key})")
 
 
+def resume_point(cfg, ctx, output_dir, shape, log):
+    """(checkpoint path or None, its metadata, None / "continue" / "finished") as rank 0 decides them.
+
+    Rank 0 alone looks for the checkpoint and checks it against this run's `shape` (check_resume:
+    one-line refusals); every other rank learns the decision and the position (epochs done, steps
+    into the next) from rank 0, with no path: it receives the state itself through share_parameters.
+    """
+    from src.tools.checkpointing import check_resume, find_latest_checkpoint, read_checkpoint_meta
+
+    path, meta, status, error = None, {}, 0, None
+    if ctx.is_main:
+        try:
+            path = find_latest_checkpoint(output_dir, log_fn=log) if cfg.resume == "auto" else cfg.resume
+            meta = read_checkpoint_meta(path) if path else {}
+            status = (2 if check_resume(meta, path, shape, log_fn=log) == "finished" else 1) if path else 0
+        except UserError as exc:
+            status, error = -1, exc
+    status = ctx.from_main(status)
+    if error is not None:
+        raise error
+    if status < 0:
+        raise UserError("rank 0 could not resume (its train.log says why)")
+    position = {key: ctx.from_main(int(meta.get(key, 0) or 0)) for key in ("epoch_num", "epoch_step")}
+    if not ctx.is_main:
+        meta = position
+    return path, meta, (None, "continue", "finished")[status]
+
+
 def train(cfg, ctx, output_dir, stop_request=None):
     """Train in output_dir (decided by rank 0, every rank writes its log there); returns the exit status."""
     from src import builders
-    from src.tools.checkpointing import (CheckpointManager, check_resume, find_latest_checkpoint, load_training_state,
-                                         read_checkpoint_meta)
+    from src.tools.checkpointing import CheckpointManager, check_resume, load_training_state
     from src.tools.criterion import create_loss
     from src.tools.logger import RunLogger
     from src.tools.preemption import exit_status
 
     log = RunLogger(os.path.join(output_dir, "train.log" if ctx.is_main else f"train_rank{ctx.rank}.log"),
                     rank=ctx.rank)
-    resume_path = find_latest_checkpoint(output_dir, log_fn=log) if cfg.resume == "auto" else cfg.resume
-    meta = read_checkpoint_meta(resume_path) if resume_path else {}
     shape = dict(batch_size=cfg.batch_size, device_num=ctx.group_size, accumulation_step=cfg.accumulation_step,
                  epochs=cfg.epochs)
-    if resume_path and check_resume(meta, resume_path, shape, log_fn=log) == "finished":
-        print(f"nothing to do: the run is finished, {resume_path} holds epoch {cfg.epochs} of {cfg.epochs} "
-              "(raise --epochs to train further)", flush=True)
+    resume_path, meta, resumed = resume_point(cfg, ctx, output_dir, shape, log)
+    if resumed == "finished":
+        if ctx.is_main:
+            print(f"nothing to do: the run is finished, {resume_path} holds epoch {cfg.epochs} of {cfg.epochs} "
+                  "(raise --epochs to train further)", flush=True)
         return 0
     start_epoch, skip_steps = int(meta.get("epoch_num", 0)), int(meta.get("epoch_step", 0) or 0)
     if ctx.is_main:
@@ -112,12 +139,16 @@ def train(cfg, ctx, output_dir, stop_request=None):
         manager.best_top1 = state["best_top1"]
         within = f" + {skip_steps} step(s) of epoch {start_epoch + 1}" if skip_steps else ""
         log(f"resumed from {resume_path}: epoch {state['epoch']}{within}, step {state['global_step']}")
-    elif cfg.resume:
+    if resumed:  # rank 0's state on every rank: other nodes need not see rank 0's disk
+        ctx.share_parameters(train_cell)
+        if not ctx.is_main:
+            log(f"resumed from rank 0's checkpoint: epoch {start_epoch}, {skip_steps} step(s) into the next")
+    if cfg.resume and not resumed:
         log(f"--resume {cfg.resume}: no checkpoint in {output_dir} yet, starting from scratch")
 
     eval_fn = builders.build_eval_fn(cfg, ctx, train_cell, network, val_ds) if val_ds is not None else None
     callbacks = builders.build_callbacks(cfg, ctx, log, output_dir, manager, train_cell, eval_fn, micro_steps,
-                                         lr_schedule, resumed=bool(resume_path), stop_request=stop_request,
+                                         lr_schedule, resumed=bool(resumed), stop_request=stop_request,
                                          skip_steps=skip_steps)
     from src.data.dataset import reported_data_errors
     from src.tools.callbacks import NonFiniteLossGuard, StopOnSignal

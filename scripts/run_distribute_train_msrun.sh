@@ -31,9 +31,10 @@
 # A worker that fails (killed, or exiting non-zero) ends the job at once: msrun kills the other workers,
 # this script stops msrun's scheduler and prints one line naming the worker, its exit status or signal,
 # its last `error:` line and its log; the exit status is the worker's (128 + signal when killed).
-# Writes RUN_DIR/logs/msrun.log (the launcher), RUN_DIR/logs/msrun/{scheduler,worker_<rank>}.log
+# Writes LOGS/msrun.log (the launcher), LOGS/msrun/{scheduler,worker_<rank>}.log, where LOGS is
+# RUN_DIR/logs, or RUN_DIR/logs/node<NODE_RANK> in a job over several nodes (a shared RUN_DIR holds all),
 # and RUN_DIR/output (train.py's run directory: rank 0's files, train_rank<r>.log of the others);
-# RUN_DIR defaults to ./runs/train_msrun_<n>p-<date>-<time> (see scripts/launch_common.sh).
+# RUN_DIR defaults to ./runs/train_msrun_<n>p-<JOB_ID or date-time> (see scripts/launch_common.sh).
 set -euo pipefail
 
 usage() {
@@ -94,20 +95,22 @@ fi
 make_run_dir "$(basename "$ENTRY_SCRIPT" .py)_msrun_${WORKER_NUM}p"
 
 # msrun starts each worker as `python <script>`, the first `python` on PATH: make it $PYTHON
-mkdir -p "$RUN_DIR/logs/bin"
-printf '#!/bin/sh\nexec %q "$@"\n' "$(command -v "$PYTHON")" > "$RUN_DIR/logs/bin/python"
-chmod +x "$RUN_DIR/logs/bin/python"
+LOGS="$RUN_DIR/logs"
+if [ "$LOCAL_WORKER_NUM" -lt "$WORKER_NUM" ]; then LOGS="$RUN_DIR/logs/node${NODE_RANK:-$(hostname)}"; fi
+mkdir -p "$LOGS/bin"
+printf '#!/bin/sh\nexec %q "$@"\n' "$(command -v "$PYTHON")" > "$LOGS/bin/python"
+chmod +x "$LOGS/bin/python"
 
-MSRUN_LOG="$RUN_DIR/logs/msrun.log"
+MSRUN_LOG="$LOGS/msrun.log"
 echo "log: $MSRUN_LOG (cluster timeout ${CLUSTER_TIMEOUT} s)"
 # msrun in a session of its own: a Ctrl-C at the terminal reaches this script only (msrun would kill the
 # workers with SIGKILL); with setpriv, msrun gets SIGTERM when this script dies.
 DETACH=(setsid)
 if command -v setpriv > /dev/null; then DETACH+=(setpriv --pdeathsig TERM); fi
-env PATH="$RUN_DIR/logs/bin:$PATH" "${DETACH[@]}" "$PYTHON" -m mindspore.parallel.cluster.run \
+env PATH="$LOGS/bin:$PATH" "${DETACH[@]}" "$PYTHON" -m mindspore.parallel.cluster.run \
   --worker_num "$WORKER_NUM" --local_worker_num "$LOCAL_WORKER_NUM" \
   --master_addr "${MASTER_ADDR:-127.0.0.1}" --master_port "$MASTER_PORT" "${NODE_ARGS[@]}" \
-  --cluster_time_out "$CLUSTER_TIMEOUT" --log_dir "$RUN_DIR/logs/msrun" --join True \
+  --cluster_time_out "$CLUSTER_TIMEOUT" --log_dir "$LOGS/msrun" --join True \
   "$ENTRY_SCRIPT" --config "$CONFIG_PATH" --output_dir "$RUN_DIR/output" "${TIMEOUT_ARGS[@]}" "$@" \
   > "$MSRUN_LOG" 2>&1 &
 MSRUN_PID=$!
@@ -156,7 +159,7 @@ if [ -n "$FAILED" ]; then
   PID="$(cut -d ' ' -f 3 <<< "$FAILED")"
   CODE="${FAILED##* }"
   WORKER="a worker (pid $PID)" WORKER_LOG="$MSRUN_LOG" DETAIL=""
-  for LOG in "$RUN_DIR/logs/msrun"/worker_*.log; do
+  for LOG in "$LOGS/msrun"/worker_*.log; do
     if grep -q "($PID," "$LOG" 2> /dev/null; then
       RANK="${LOG##*/worker_}"
       WORKER="worker ${RANK%.log} (pid $PID)" WORKER_LOG="$LOG"
@@ -182,7 +185,7 @@ fi
 # msrun whose MASTER_ADDR is local starts a scheduler; the later ones find MASTER_PORT taken and exit, while the
 # first one serves the whole job. Not a failure when every worker of this node finished.
 if [ "$STATUS" -ne 0 ] && grep -q "All workers successfully exit" "$MSRUN_LOG" \
-    && grep -q "Failed to init the tcp server" "$RUN_DIR/logs/msrun/scheduler.log" 2> /dev/null; then
+    && grep -q "Failed to init the tcp server" "$LOGS/msrun/scheduler.log" 2> /dev/null; then
   echo "note: this node's scheduler found MASTER_PORT $MASTER_PORT taken by another launcher on this machine," \
     "which served the job" >&2
   STATUS=0

@@ -44,6 +44,26 @@ class RunContext:
         broadcast(tensor, src=0, group=GlobalComm.WORLD_COMM_GROUP)
         return int(tensor.asnumpy())
 
+    def share_parameters(self, cell):
+        """Rank 0's value of every Parameter of `cell` on every rank (a resumed state: other nodes
+        cannot be assumed to see rank 0's checkpoint). Booleans travel as int32."""
+        if not self.distributed:
+            return
+        import numpy as np
+        from mindspore import Tensor
+        from mindspore.communication import GlobalComm
+        from mindspore.ops.communication import broadcast
+
+        seen = set()
+        for _, param in cell.parameters_and_names():
+            if param.name in seen:
+                continue
+            seen.add(param.name)
+            value = param.asnumpy()
+            tensor = Tensor(value.astype(np.int32) if value.dtype == np.bool_ else value)
+            broadcast(tensor, src=0, group=GlobalComm.WORLD_COMM_GROUP)
+            param.set_data(Tensor(tensor.asnumpy().astype(value.dtype).reshape(value.shape)))
+
     def max_over_ranks(self, value):
         """The largest integer ``value`` over all ranks, on every rank (an all-reduce: every rank
         must call it at the same point, it also serves as a barrier)."""

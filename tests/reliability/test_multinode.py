@@ -125,3 +125,34 @@ def test_a_killed_node_takes_its_worker_along_and_the_other_node_stops_within_th
     else:
         assert node0.returncode == 1 and "AllReduce failed: another rank stopped" in errors[0], errors[0]
     print(f"node 0 stopped {stopped - killed:.1f} s after node 1 was killed (cluster_timeout {timeout} s)")
+
+
+@pytest.mark.timeout(1800)
+def test_a_preempted_two_node_job_resumes_without_a_shared_filesystem_like_one_process(data, one_process, tmp_path):
+    """Provokes: SIGTERM to node 0's launcher at a seeded step of epoch 2 (run dir per node), then both nodes
+    started again with --resume auto. Node 1 never sees rank 0's checkpoint: it gets the state from rank 0."""
+    dirs = [tmp_path / "node0" / "job", tmp_path / "node1" / "job"]
+    args = ["--data_path", data, "--batch_size", "4", "--epochs", "2", *COMMON]
+    step = fault_rng("SIGTERM to node 0").randint(1, 3)
+    port = free_port()
+    nodes = [start_node(0, dirs[0], port, *args), start_node(1, dirs[1], port, *args)]
+    log = dirs[0] / "output" / "train.log"
+    deadline = time.monotonic() + 900
+    while not (log.exists() and f"epoch 2/2 step {step}/5 " in read_text(log)):
+        assert all(n.poll() is None for n in nodes) and time.monotonic() < deadline, "job did not train"
+        time.sleep(0.2)
+    nodes[0].send_signal(signal.SIGTERM)
+    results = [n.communicate(timeout=600) for n in nodes]
+    assert [n.returncode for n in nodes] == [143, 143], [r[1][-2000:] for r in results]
+    assert results[0][1].strip().splitlines()[-1].startswith("stopped by SIGTERM: the workers finished their step")
+    assert not [n for n in os.listdir(dirs[1] / "output") if n.endswith(".ckpt")]  # rank 0 alone writes them
+
+    port = free_port()
+    nodes = [start_node(r, dirs[r], port, *args, "--resume", "auto") for r in (0, 1)]
+    for proc in nodes:
+        _, stderr = proc.communicate(timeout=1100)
+        assert proc.returncode == 0, stderr[-3000:]
+    assert "resumed from rank 0's checkpoint: epoch 1, " in read_text(dirs[1] / "output" / "train_rank1.log")
+    two = checkpoint_values(dirs[0] / "output" / FINAL)
+    floats = [k for k in two if two[k].dtype.kind == "f" and not k.startswith("learning_rate")]
+    assert max(float(np.abs(two[k] - one_process[k]).max()) for k in floats) < 2e-6
