@@ -27,10 +27,11 @@ def main(argv=None):
         raise UserError("no checkpoint to evaluate: give --checkpoint PATH")
     if not os.path.isfile(checkpoint):
         raise UserError(f"checkpoint not found: {checkpoint}")
+    from src.tools.context import fit_to_machine, init_context
     from src.tools.modelarts import check_before_init, data_and_results
 
+    cfg = fit_to_machine(cfg)  # a device this machine lacks stops here, in one line
     check_before_init(cfg, check_layout)  # before the heavy imports
-    from src.tools.context import init_context
 
     ctx = init_context(cfg.device_target, cfg.device_id, cfg.mode, cfg.seed, cfg.deterministic, cfg.distribute,
                        cfg.cluster_timeout)

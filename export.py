@@ -1,14 +1,16 @@
 """Export a trained NFNet for inference: MINDIR, ONNX or AIR (Ascend only).
 
     python export.py --config src/configs/dm_nfnet_f0.yaml --checkpoint best.ckpt [--use_ema] \
-        --file_format MINDIR --file_name dm_nfnet_f0 [--batch_size 1] [--device_target CPU]
+        --file_format MINDIR --file_name dm_nfnet_f0 [--batch_size 1] [--device_target CPU] \
+        [--conv_impl native|im2col_cpu] [--dynamic_batch]
 
 The graph is the eval-mode network in float32 at test_input_size x test_input_size, with
 weight standardization folded into plain convolutions (see src/deploy). --pretrained is
 accepted as the seed's name for --checkpoint, --batch_size as export_batch_size; the
-file is written atomically and an existing one is kept unless --overwrite. Convolutions
-follow the export device (--conv_impl auto); exporting a MINDIR for Ascend 310 on a
-CPU machine, pass --conv_impl native.
+file is written atomically and an existing one is kept unless --overwrite. Every export
+is portable, whichever machine writes it (native Conv2D operators, for Ascend 310/910,
+GPU, MindSpore Lite, ONNX); --conv_impl im2col_cpu writes a MINDIR for MindSpore's CPU
+backend only. --dynamic_batch gives an ONNX model a free batch axis.
 """
 import sys
 
@@ -19,9 +21,12 @@ def add_script_args(parser):
     parser.add_argument("--checkpoint", metavar="PATH",
                         help="weights to export (.ckpt); the seed's --pretrained is accepted too")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing export file")
-    parser.add_argument("--conv_impl", choices=("auto", "native", "matmul"), default="auto",
-                        help="MINDIR/AIR convolutions: auto = the device's (native Conv2D on Ascend/GPU, "
-                             "im2col+matmul on CPU); native for Ascend 310 when exporting on CPU")
+    parser.add_argument("--conv_impl", choices=("native", "im2col_cpu"), default="native",
+                        help="MINDIR/AIR convolutions: native = one Conv2D operator each, runs everywhere "
+                             "(default); im2col_cpu = im2col + matmul, faster on MindSpore's CPU backend for "
+                             "large inputs and for that backend only")
+    parser.add_argument("--dynamic_batch", action="store_true",
+                        help="ONNX only: a free batch axis (any batch at run time; --batch_size is the trace batch)")
 
 
 def main(argv=None):
@@ -34,7 +39,8 @@ def main(argv=None):
 
     from src.deploy.export import run_export
 
-    run_export(cfg, checkpoint, overwrite=args.overwrite, conv_impl=args.conv_impl)
+    run_export(cfg, checkpoint, overwrite=args.overwrite, conv_impl=args.conv_impl,
+               dynamic_batch=args.dynamic_batch)
 
 
 if __name__ == "__main__":

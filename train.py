@@ -22,8 +22,10 @@ from src.config import UserError, parse_cli, run_cli, save_config
 
 def main(argv=None):
     _, cfg = parse_cli(argv, description="Train an NFNet (YAML config, --key value overrides).")
+    from src.tools.context import fit_to_machine, init_context
     from src.tools.modelarts import check_before_init, data_and_results
 
+    cfg = fit_to_machine(cfg)  # a device this machine lacks stops here, in one line
     check_before_init(cfg, check_inputs)  # before the heavy imports: a wrong path costs no graph build
     from src.tools.run_dir import check_output_dir
 
@@ -34,7 +36,6 @@ def main(argv=None):
     if launched_distributed():
         end_with_parent()  # a killed launcher takes its workers with it
     from src.tools.checkpointing import prepare_output_dir
-    from src.tools.context import init_context
 
     ctx = init_context(cfg.device_target, cfg.device_id, cfg.mode, cfg.seed, cfg.deterministic, cfg.distribute,
                        cfg.cluster_timeout)

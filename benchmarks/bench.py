@@ -15,8 +15,11 @@ the cores this process may use; torch.set_num_threads and src.tools.context.set_
             peak resident memory of the whole process (ru_maxrss).
   eval      the eval-mode network at 256x256: batch 8 img/s and batch 1 latency (ours in Graph
             mode, timm under torch.no_grad).
-  mindir    our folded MINDIR written by src/deploy/export.py (one per batch size), loaded with
-            mindspore.load + nn.GraphCell, against timm eager.
+  mindir    our folded MINDIR written by src/deploy/export.py (one per batch size) with the CPU-speed
+            convolutions (conv_impl "im2col_cpu"), loaded with mindspore.load + nn.GraphCell, against
+            timm eager.
+  onnx      our folded ONNX model (export.py --file_format ONNX --dynamic_batch, one file for both
+            batch sizes) in ONNX Runtime on the CPU with the same thread count, against timm eager.
   pipeline  training input pipeline img/s, 2 workers, batch 32, over a generated folder of 256
             JPEGs of 500x375 (benchmarks/data_pipeline.py): ours through build_train_dataset with
             the F0 config (decode, random resized crop, flip, RandAugment rand-m5-n4-mstd0.5-inc1,
@@ -60,12 +63,13 @@ SIZES = {
     "quick": dict(arch="dm_nfnet_nano", train_batch=2, train_size=64, eval_batch=2, eval_size=64, warmup=2, steps=1,
                   num_images=16, pipeline_batch=8, pipeline_epochs=1),
 }
-WORKERS = ("train_ours", "train_timm", "eval_ours", "mindir_ours", "eval_timm", "pipeline_ours", "pipeline_timm",
+WORKERS = ("train_ours", "train_timm", "eval_ours", "mindir_ours", "onnx_ours", "eval_timm", "pipeline_ours", "pipeline_timm",
            "mindrecord")
 # Seconds per worker in the default run: together 19.25 minutes, the bound of a whole run. Measured on
 # the 2-core machine under a load of 4-5: train_ours 245 s, train_timm 86, eval_timm 90, pipelines 8-11,
 # mindrecord 38.
-TIMEOUTS = {"train_ours": 300, "train_timm": 120, "eval_ours": 240, "mindir_ours": 210, "eval_timm": 120,
+TIMEOUTS = {"train_ours": 300, "train_timm": 120, "eval_ours": 240, "mindir_ours": 210, "onnx_ours": 180,
+            "eval_timm": 120,
             "pipeline_ours": 45, "pipeline_timm": 45, "mindrecord": 75}
 QUICK_TIMEOUT = 120
 BUSY_LOAD = 0.5  # 1-minute load average above which the numbers are flagged as noisy
@@ -84,6 +88,10 @@ METRICS = (
      ("mindir_ours", "img_s"), ("eval_timm", "img_s")),
     ("mindir_b1_ms", "MINDIR b1 ms (vs timm eager)", "ms", "lower",
      ("mindir_ours", "b1_ms"), ("eval_timm", "b1_ms")),
+    ("onnx_img_s", "ONNX Runtime b{eval_batch} img/s (vs timm eager)", "img/s", "higher",
+     ("onnx_ours", "img_s"), ("eval_timm", "img_s")),
+    ("onnx_b1_ms", "ONNX Runtime b1 ms (vs timm eager)", "ms", "lower",
+     ("onnx_ours", "b1_ms"), ("eval_timm", "b1_ms")),
     ("pipeline_img_s", "pipeline img/s ({workers} workers)", "img/s", "higher",
      ("pipeline_ours", "img_s"), ("pipeline_timm", "img_s")),
     ("mindrecord_img_s", "MindRecord img/s (timm col: our folder)", "img/s", "higher",
@@ -269,7 +277,7 @@ def mindir_ours(opt):
     from src.deploy.export import create_deploy_network, export_network
 
     network, make_input = _eval_network(opt)
-    deployed = create_deploy_network(network, "MINDIR")
+    deployed = create_deploy_network(network, "MINDIR", conv_impl="im2col_cpu")  # the CPU route
     graphs, export_s = {}, {}
     with tempfile.TemporaryDirectory(prefix="bench_mindir_") as tmp:
         for batch in (opt.eval_batch, 1):
@@ -278,6 +286,24 @@ def mindir_ours(opt):
             export_s[f"b{batch}"] = time.perf_counter() - start
             graphs[batch] = ms.nn.GraphCell(ms.load(path))
         result = _eval_timings(lambda x, batch: graphs[batch](x).asnumpy(), opt.eval_batch, opt, make_input)
+    return {**result, "export_s": export_s, "peak_rss_mb": peak_rss_mb()}
+
+
+def onnx_ours(opt):
+    """The folded ONNX model with a free batch axis (export.py --dynamic_batch) in ONNX Runtime."""
+    from src.deploy.export import create_deploy_network, export_network
+    from src.deploy.infer_cpu import load_onnx
+
+    network, _ = _eval_network(opt)
+    cfg = load_f0_config(opt.arch)
+    with tempfile.TemporaryDirectory(prefix="bench_onnx_") as tmp:
+        start = time.perf_counter()
+        path = export_network(create_deploy_network(network, "ONNX", dynamic_batch=True), "ONNX",
+                              os.path.join(tmp, opt.arch), 1, opt.eval_size, dynamic_batch=True)
+        export_s = time.perf_counter() - start
+        run, _ = load_onnx(path, threads=opt.threads)
+        result = _eval_timings(lambda x, _: run(x), opt.eval_batch, opt,
+                               lambda batch: random_batch(batch, opt.eval_size, cfg.num_classes)[0])
     return {**result, "export_s": export_s, "peak_rss_mb": peak_rss_mb()}
 
 
@@ -353,7 +379,7 @@ def machine_info(threads):
     except OSError:
         pass
     versions = {}
-    for package in ("mindspore", "torch", "timm", "numpy", "torchvision", "pillow"):
+    for package in ("mindspore", "torch", "timm", "numpy", "torchvision", "pillow", "onnxruntime"):
         try:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:

@@ -1,14 +1,47 @@
 #!/bin/bash
-# Shared by run_infer_310.sh and run_infer_cpu.sh (sourced, not run): checks and resolves
-# [MINDIR_PATH] [DATASET_NAME] [DATASET_PATH] [DEVICE_ID(optional)] into absolute
-# MINDIR_PATH, DATASET_PATH and CONFIG, DEVICE_ID, ROOT, OUT_DIR and PYTHON, before any cd;
-# prints the usage and exits 1 on a wrong argument. Defines step() for the pipeline's steps.
+# Shared by run_infer_310.sh, run_infer_cpu.sh and run_infer_onnx.sh (sourced, not run): checks
+# and resolves [OPTIONS] [MODEL_PATH] [DATASET_NAME] [DATASET_PATH] [DEVICE_ID(optional)] into
+# absolute MINDIR_PATH (the model, whatever its format), DATASET_PATH and CONFIG, DEVICE_ID, ROOT,
+# OUT_DIR and PYTHON, before any cd; prints the usage and exits 1 on a wrong argument.
+# OPTIONS are --name=value (or --name value) for the names in $INFER_OPTIONS, set by the sourcing
+# script (e.g. "device_type precision_mode"); each sets the upper-case variable of its name.
+# MODEL_LABEL (default MINDIR_PATH) names the model argument in messages. Defines step(),
+# count_images() and config_value() for the pipeline's steps.
 # shellcheck disable=SC2034  # the variables are used by the scripts that source this file
 
+MODEL_LABEL="${MODEL_LABEL:-MINDIR_PATH}"
+INFER_OPTIONS="${INFER_OPTIONS:-}"
+
 usage() {
-  echo "Usage: bash $0 [MINDIR_PATH] [DATASET_NAME] [DATASET_PATH] [DEVICE_ID(optional)]" >&2
+  local options="" name
+  for name in $INFER_OPTIONS; do
+    options+="[--$name=<value>] "
+  done
+  echo "Usage: bash $0 ${options}[$MODEL_LABEL] [DATASET_NAME] [DATASET_PATH] [DEVICE_ID(optional)]" >&2
   echo "  DATASET_NAME: imagenet | digits" >&2
 }
+
+while [ $# -gt 0 ] && [[ "$1" == --* ]]; do
+  option="${1#--}" value=""
+  if [[ "$option" == *=* ]]; then
+    value="${option#*=}" option="${option%%=*}"
+  elif [ $# -ge 2 ]; then
+    value="$2"
+    shift
+  fi
+  if [[ " $INFER_OPTIONS " != *" $option "* ]]; then
+    echo "error: unknown option --$option${INFER_OPTIONS:+ (options: $INFER_OPTIONS)}" >&2
+    usage
+    exit 1
+  fi
+  if [ -z "$value" ]; then
+    echo "error: --$option needs a value" >&2
+    usage
+    exit 1
+  fi
+  printf -v "${option^^}" '%s' "$value"
+  shift
+done
 
 if [ $# -lt 3 ] || [ $# -gt 4 ]; then
   usage
@@ -27,7 +60,7 @@ absolute() {  # absolute <file|dir> <path> <what>: the absolute path, or a usage
   realpath -- "$2"
 }
 
-MINDIR_PATH="$(absolute file "$1" MINDIR_PATH)"
+MINDIR_PATH="$(absolute file "$1" "$MODEL_LABEL")"
 DATASET_NAME="$2"
 DATASET_PATH="$(absolute dir "$3" DATASET_PATH)"
 DEVICE_ID="${4:-0}"
@@ -57,3 +90,33 @@ step() {  # step <name> <log> <command...>: run, log, and stop with a pointer to
   fi
 }
 
+count_images() {  # count_images <labels.json>: the real images preprocess.py wrote (padding excluded)
+  "$PYTHON" -c 'import json, sys
+labels = json.load(open(sys.argv[1], encoding="utf-8"))
+print(sum(len(v) if isinstance(v, list) else 1 for v in labels.values()))' "$1"
+}
+
+config_value() {  # config_value <key>: the value of <key> in $CONFIG (with its defaults)
+  PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -c 'import sys
+from src.config import load_config
+print(getattr(load_config(sys.argv[1]), sys.argv[2]))' "$CONFIG" "$1"
+}
+
+python_flow() {  # python_flow <--mindir_path|--onnx_path>: preprocess -> src.deploy.infer_cpu -> postprocess
+  local num_classes
+  num_classes="$(config_value num_classes)"
+  rm -rf "$OUT_DIR/preprocess_Result" "$OUT_DIR/result_Files" "$OUT_DIR/time_Result"
+  step preprocess "$OUT_DIR/preprocess.log" \
+    "$PYTHON" "$ROOT/preprocess.py" --config "$CONFIG" --data_path "$DATASET_PATH" \
+    --output_path "$OUT_DIR/preprocess_Result"
+  step inference "$OUT_DIR/infer.log" \
+    env PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m src.deploy.infer_cpu \
+    "$1" "$MINDIR_PATH" --input_path "$OUT_DIR/preprocess_Result/images" \
+    --result_path "$OUT_DIR/result_Files" --time_path "$OUT_DIR/time_Result" \
+    --num_images "$(count_images "$OUT_DIR/preprocess_Result/labels.json")"
+  step postprocess "$OUT_DIR/acc.log" \
+    "$PYTHON" "$ROOT/postprocess.py" --result_path "$OUT_DIR/result_Files" \
+    --label_path "$OUT_DIR/preprocess_Result/labels.json" --output "$OUT_DIR/acc.json" --num_classes "$num_classes"
+  cat "$OUT_DIR/time_Result/test_perform_static.txt"
+  cat "$OUT_DIR/acc.log"
+}

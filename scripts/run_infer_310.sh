@@ -1,30 +1,55 @@
 #!/bin/bash
-# Runs an exported MINDIR on Ascend 310 over a validation folder and reports its accuracy:
+# Runs an exported MINDIR with the C++ app (ascend310_infer/) over a validation folder and reports
+# its accuracy:
 #   preprocess.py (the eval transform of src/data) -> ascend310_infer/build.sh -> the C++ app
 #   -> postprocess.py -> acc.log
-# run_infer_cpu.sh is the same flow on CPU; both score the same .bin files the same way.
+# run_infer_cpu.sh and run_infer_onnx.sh are the same flow in Python; all score the same .bin
+# files the same way.
 #
-#   bash scripts/run_infer_310.sh [MINDIR_PATH] [DATASET_NAME] [DATASET_PATH] [DEVICE_ID(optional)]
+#   bash scripts/run_infer_310.sh [--device_type=Ascend310] [--precision_mode=preferred_fp32] \
+#       [MINDIR_PATH] [DATASET_NAME] [DATASET_PATH] [DEVICE_ID(optional)]
 #
-# DATASET_NAME (imagenet | digits) selects the config (src/configs/dm_nfnet_f0.yaml |
-# dm_nfnet_nano_digits.yaml; NFNET_CONFIG=<yaml> overrides it, e.g. for F1-F6). DATASET_PATH is
-# the validation folder of class folders (or a dataset root holding val/). DEVICE_ID defaults
-# to 0. Results go to the current folder: preprocess_Result/, result_Files/, time_Result/,
-# acc.log, acc.json. INFER_APP=<built app> skips the build; DEVICE_TYPE=GPU|CPU runs the app on
-# another MindSpore backend; PYTHON selects the interpreter (default: the repository's .venv,
-# else python3).
+# --device_type: Ascend (default), Ascend310, Ascend310P, Ascend910 (all through AscendDeviceInfo),
+# GPU, or CPU (MindSpore Lite's CPUDeviceInfo: the same app on a CPU server). --precision_mode
+# (Ascend only, AscendDeviceInfo::SetPrecisionMode): preferred_fp32 (default: float32 wherever the
+# chip has a float32 kernel, the closest to eval.py), enforce_fp32, enforce_origin,
+# preferred_optimal, enforce_fp16 (fastest; the 310's own default); README "Deployment" gives the
+# cost of each. DATASET_NAME (imagenet | digits) selects the config (src/configs/dm_nfnet_f0.yaml |
+# dm_nfnet_nano_digits.yaml; NFNET_CONFIG=<yaml> overrides it, e.g. for F1-F6). DATASET_PATH is the
+# validation folder of class folders (or a dataset root holding val/). DEVICE_ID defaults to 0.
+# Results go to the current folder: preprocess_Result/, result_Files/, time_Result/, acc.log,
+# acc.json. INFER_APP=<built app> skips the build (build.sh finds MindSpore Lite through LITE_HOME
+# or MINDSPORE_PATH); PYTHON selects the interpreter (default: the repository's .venv, else python3).
 set -euo pipefail
 
+INFER_OPTIONS="device_type precision_mode"
+DEVICE_TYPE="${DEVICE_TYPE:-Ascend}"
+PRECISION_MODE="${PRECISION_MODE:-preferred_fp32}"
 # shellcheck source=scripts/infer_common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/infer_common.sh"
 if [ -n "${INFER_APP:-}" ]; then
   INFER_APP="$(absolute file "$INFER_APP" INFER_APP)"
 fi
-DEVICE_TYPE="${DEVICE_TYPE:-Ascend}"
+case "$DEVICE_TYPE" in
+  Ascend | Ascend310 | Ascend310P | Ascend910 | GPU | CPU) ;;
+  *) echo "error: --device_type must be Ascend, Ascend310, Ascend310P, Ascend910, GPU or CPU, got '$DEVICE_TYPE'" >&2
+     exit 1 ;;
+esac
+case "$PRECISION_MODE" in
+  preferred_fp32 | enforce_fp32 | enforce_origin | preferred_optimal | enforce_fp16) ;;
+  *) echo "error: --precision_mode must be preferred_fp32, enforce_fp32, enforce_origin, preferred_optimal or" \
+          "enforce_fp16, got '$PRECISION_MODE'" >&2
+     exit 1 ;;
+esac
 
 echo "mindir: $MINDIR_PATH"
 echo "dataset: $DATASET_NAME $DATASET_PATH (config $CONFIG)"
-echo "device: $DEVICE_TYPE $DEVICE_ID"
+if [[ "$DEVICE_TYPE" == Ascend* ]]; then
+  echo "device: $DEVICE_TYPE $DEVICE_ID, precision_mode $PRECISION_MODE"
+else
+  echo "device: $DEVICE_TYPE $DEVICE_ID"
+fi
+NUM_CLASSES="$(config_value num_classes)"
 
 rm -rf "$OUT_DIR/preprocess_Result" "$OUT_DIR/result_Files" "$OUT_DIR/time_Result"
 step preprocess "$OUT_DIR/preprocess.log" \
@@ -37,9 +62,10 @@ fi
 step inference "$OUT_DIR/infer.log" \
   "$INFER_APP" --mindir_path="$MINDIR_PATH" --input_path="$OUT_DIR/preprocess_Result/images" \
   --result_path="$OUT_DIR/result_Files" --time_path="$OUT_DIR/time_Result" \
-  --device_type="$DEVICE_TYPE" --device_id="$DEVICE_ID"
+  --device_type="$DEVICE_TYPE" --device_id="$DEVICE_ID" --precision_mode="$PRECISION_MODE" \
+  --num_classes="$NUM_CLASSES" --num_images="$(count_images "$OUT_DIR/preprocess_Result/labels.json")"
 step postprocess "$OUT_DIR/acc.log" \
   "$PYTHON" "$ROOT/postprocess.py" --result_path "$OUT_DIR/result_Files" \
-  --label_path "$OUT_DIR/preprocess_Result/labels.json" --output "$OUT_DIR/acc.json"
+  --label_path "$OUT_DIR/preprocess_Result/labels.json" --output "$OUT_DIR/acc.json" --num_classes "$NUM_CLASSES"
 cat "$OUT_DIR/time_Result/test_perform_static.txt"
 cat "$OUT_DIR/acc.log"

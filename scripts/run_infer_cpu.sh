@@ -22,17 +22,4 @@ echo "dataset: $DATASET_NAME $DATASET_PATH (config $CONFIG)"
 if [ $# -eq 4 ]; then
   echo "note: DEVICE_ID $DEVICE_ID is not used on CPU"
 fi
-
-rm -rf "$OUT_DIR/preprocess_Result" "$OUT_DIR/result_Files" "$OUT_DIR/time_Result"
-step preprocess "$OUT_DIR/preprocess.log" \
-  "$PYTHON" "$ROOT/preprocess.py" --config "$CONFIG" --data_path "$DATASET_PATH" \
-  --output_path "$OUT_DIR/preprocess_Result"
-step inference "$OUT_DIR/infer.log" \
-  env PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m src.deploy.infer_cpu \
-  --mindir_path "$MINDIR_PATH" --input_path "$OUT_DIR/preprocess_Result/images" \
-  --result_path "$OUT_DIR/result_Files" --time_path "$OUT_DIR/time_Result" --device_target CPU
-step postprocess "$OUT_DIR/acc.log" \
-  "$PYTHON" "$ROOT/postprocess.py" --result_path "$OUT_DIR/result_Files" \
-  --label_path "$OUT_DIR/preprocess_Result/labels.json" --output "$OUT_DIR/acc.json"
-cat "$OUT_DIR/time_Result/test_perform_static.txt"
-cat "$OUT_DIR/acc.log"
+python_flow --mindir_path

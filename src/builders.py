@@ -40,16 +40,29 @@ def build_eval_dataset(cfg, ctx, bad_file_log=None):
 
 def build_train_dataset(cfg, ctx, start_epoch=0, bad_file_log=None, skip_batches=0):
     """(training pipeline, mixup or None): augmentation, Mixup/CutMix, sharded by rank; skip_batches leaves
-    out the first batches of the epoch (the rest of an epoch a stopped run had begun)."""
-    from src.data import create_dataset, create_mixup, create_train_transform
+    out the first batches of the epoch (the rest of an epoch a stopped run had begun).
 
+    mix_scheme timm: crop, flip, RandAugment and normalization per image, then Mixup/CutMix of the batch.
+    mix_scheme deepmind (with Mixup or CutMix on): crop and flip per image, then per example a mix of two
+    images, RandAugment and normalization in the batch step (nfnets/dataset.py, augment_before_mix False).
+    """
+    from src.data import create_dataset, create_mixup, create_train_transform
+    from src.data.transforms import create_rand_augment
+
+    mixes = cfg.mix_up > 0 or cfg.cutmix > 0
+    after_mix = cfg.mix_scheme == "deepmind" and mixes
+    augment = None
+    if after_mix and cfg.auto_augment:
+        augment = create_rand_augment(cfg.auto_augment, cfg.input_size, interpolation=cfg.interpolation)
     transform = create_train_transform(cfg.input_size, interpolation=cfg.interpolation, scale=tuple(cfg.scale),
-                                       ratio=tuple(cfg.ratio), hflip=cfg.hflip, auto_augment=cfg.auto_augment,
-                                       re_prob=cfg.re_prob,
-                                       re_mode=cfg.re_mode, re_count=cfg.re_count)
+                                       ratio=tuple(cfg.ratio), hflip=cfg.hflip,
+                                       auto_augment=None if after_mix else cfg.auto_augment,
+                                       re_prob=cfg.re_prob, re_mode=cfg.re_mode, re_count=cfg.re_count,
+                                       normalize=not after_mix)
     mixup = create_mixup(mix_up=cfg.mix_up, cutmix=cfg.cutmix, mixup_prob=cfg.mixup_prob,
                          switch_prob=cfg.switch_prob, mixup_mode=cfg.mixup_mode,
-                         label_smoothing=cfg.label_smoothing, num_classes=cfg.num_classes)
+                         label_smoothing=cfg.label_smoothing, num_classes=cfg.num_classes,
+                         mix_scheme=cfg.mix_scheme, augment=augment)
     dataset = create_dataset(cfg.data_path, cfg.train_split, True, cfg.batch_size, transform,
                              num_parallel_workers=cfg.num_parallel_workers, seed=cfg.seed, mixup=mixup,
                              strict_data=cfg.strict_data, start_epoch=start_epoch, bad_file_log=bad_file_log,
@@ -89,7 +102,7 @@ def build_trainer(cfg, network, loss_fn, optimizer):
     from src.trainers import EMA, FunctionalTrainer, create_train_step
 
     ema = EMA(network.get_parameters(), decay=cfg.ema_decay, warmup=cfg.ema_warmup) if cfg.ema else None
-    options = dict(amp_level=cfg.amp_level, loss_scale=cfg.loss_scale, dynamic_loss_scale=cfg.is_dynamic_loss_scale,
+    options = dict(amp_level=cfg.amp_level, amp_dtype=cfg.amp_dtype, loss_scale=cfg.loss_scale, dynamic_loss_scale=cfg.is_dynamic_loss_scale,
                    loss_scale_factor=cfg.loss_scale_factor, loss_scale_window=cfg.loss_scale_window,
                    accumulation_step=cfg.accumulation_step, ema=ema, device_target=cfg.device_target)
     if cfg.trainer == "functional":

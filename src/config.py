@@ -108,8 +108,9 @@ MAX_PIXELS = 4096
 MAX_BATCH = 65536
 INT_LIMIT = 2 ** 32 - 1
 
-# timm's RandAugment syntax: "rand" then "-<letters><number>" parts, e.g. rand-m9-n2-mstd0.5-inc1.
-RAND_AUGMENT_PATTERN = r"rand(-[a-z]+\d+(\.\d+)?)*"
+# RandAugment in timm's syntax, "rand" then "-<letters><number>" parts (rand-m9-n2-mstd0.5-inc1),
+# or in DeepMind's, "randaugment_<layers><magnitude 2 digits>" (nfnets: randaugment_415 = 4 x 15).
+RAND_AUGMENT_PATTERN = r"rand(-[a-z]+\d+(\.\d+)?)*|randaugment_\d{3,}"
 
 GROUPS = {
     "model": (
@@ -151,8 +152,9 @@ GROUPS = {
     ),
     "augmentation": (
         Field("auto_augment", str, "rand-m5-n4-mstd0.5-inc1",
-              "RandAugment in timm syntax (m magnitude, n ops, mstd noise, inc0/1); null: off",
-              nullable=True, pattern=RAND_AUGMENT_PATTERN, pattern_example="rand-m9-n2-mstd0.5-inc1"),
+              "RandAugment: timm's rand-m<M>-n<N>-... or DeepMind's randaugment_<N><MM>; null: off",
+              nullable=True, pattern=RAND_AUGMENT_PATTERN,
+              pattern_example="rand-m9-n2-mstd0.5-inc1' or 'randaugment_415"),
         Field("scale", list, [0.08, 1.0], "random-resized-crop area range, as fractions of the image",
               item=float, length=2, low=0, high=1, low_open=True),
         Field("ratio", list, [0.75, 1.3333333333333333], "random-resized-crop aspect-ratio range",
@@ -168,6 +170,13 @@ GROUPS = {
               **PROBABILITY),
         Field("mixup_mode", str, "batch", "one lambda per batch, per pair or per element",
               choices=("batch", "pair", "elem")),
+        # timm: per-image RandAugment, then Mixup or CutMix of the batch with itself reversed.
+        # deepmind (nfnets/dataset.py): each example mixes two images, Mixup on the first half of
+        # the batch and CutMix on the second, then RandAugment (mixup_prob, switch_prob and
+        # mixup_mode are not used).
+        Field("mix_scheme", str, "timm",
+              "timm: RandAugment, then Mixup/CutMix per batch; deepmind: per-example mix, then RandAugment",
+              choices=("timm", "deepmind")),
     ),
     "optimization": (
         Field("optimizer", str, "sgd_agc", "sgd_agc: SGD + adaptive gradient clipping",
@@ -206,6 +215,8 @@ GROUPS = {
     "amp": (
         Field("amp_level", str, "O2", "mindspore.amp level (O0: float32)",
               choices=("O0", "O1", "O2", "O3")),
+        Field("amp_dtype", str, "float16", "low-precision type of O1-O3 (bfloat16: Ascend 910B and later)",
+              choices=("float16", "bfloat16")),
         Field("is_dynamic_loss_scale", bool, True, "dynamic loss scale (overflow steps skipped)"),
         Field("loss_scale", float, 1024, "fixed loss scale, or the initial dynamic one", low=1, high=2 ** 24),
         Field("loss_scale_factor", float, 2, "dynamic: scale change on overflow / after a window",
@@ -556,14 +567,36 @@ def _check_combinations(v, at):
     if v["use_nesterov"] and v["momentum"] == 0 and v["optimizer"] != "adamw":
         raise ConfigError(f"{at('use_nesterov', 'momentum')}: use_nesterov needs momentum > 0")
     mixing = v["mix_up"] > 0 or v["cutmix"] > 0
-    if mixing and v["mixup_mode"] == "pair" and v["batch_size"] % 2:
+    if mixing and v["mix_scheme"] == "timm" and v["mixup_mode"] == "pair" and v["batch_size"] % 2:
         raise ConfigError(f"{at('batch_size', 'mixup_mode')}: mixup_mode pair needs an even "
                           f"batch_size, got {v['batch_size']}")
+    if v["mix_scheme"] == "deepmind":
+        if v["cutmix"] not in (0, 1):
+            raise ConfigError(f"{at('cutmix', 'mix_scheme')}: mix_scheme deepmind draws the CutMix box "
+                              f"area uniformly (alpha 1): cutmix must be 0 or 1, got {v['cutmix']:g}")
+        if v["mix_up"] > 0 and v["cutmix"] > 0 and v["batch_size"] % 2:
+            raise ConfigError(f"{at('batch_size', 'mix_scheme')}: mix_scheme deepmind splits the batch "
+                              f"into a Mixup and a CutMix half: batch_size must be even, got {v['batch_size']}")
+    _check_rand_augment_magnitude(v["auto_augment"], at("auto_augment"))
     if v["enable_modelarts"]:
         for key in ("data_url", "train_url"):
             if v[key] is None:
                 raise ConfigError(f"{at(key, 'enable_modelarts')}: {key} must be set when "
                                   f"enable_modelarts is true")
+
+
+def _check_rand_augment_magnitude(config_str, where):
+    """A timm string whose magnitude exceeds its clamp (mmax, 10 by default) would silently train
+    weaker than it says (src/data/augment/rand_augment.py: RandAugmentSettings.effective_magnitude)."""
+    if not config_str or not config_str.startswith("rand-"):
+        return
+    parts = dict(re.fullmatch(r"([a-z]+)(.*)", p).groups() for p in config_str.split("-")[1:] if p)
+    magnitude = int(float(parts.get("m", 10)))
+    clamp = int(float(parts.get("mmax", 10)))
+    if magnitude > clamp:
+        hint = f"add -mmax{magnitude}" if "mmax" not in parts else f"raise mmax to {magnitude}"
+        raise ConfigError(f"{where}: {config_str!r} asks for magnitude {magnitude}, but timm's syntax clamps "
+                          f"magnitudes to {clamp}; {hint}")
 
 
 def _show(value, limit=60):

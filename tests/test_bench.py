@@ -1,4 +1,9 @@
-"""benchmarks/bench.py: a --quick run end to end, and how a failed worker reaches the table. No timings asserted."""
+"""benchmarks/bench.py: a --quick run end to end, and how a failed worker reaches the table.
+
+No timing is compared with a bound (the machine is shared), but every row the quick run measures
+must hold a real number for both frameworks and their ratio: a worker that crashed, timed out or
+returned nothing fails the test instead of becoming an "n/a" with a reason.
+"""
 import json
 import os
 import subprocess
@@ -12,23 +17,26 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICK_METRICS = {key for key, *_ in METRICS} - {"mindrecord_img_s"}  # MindRecord: default run or --only
 
 
-def _has_value_or_reason(row, column):
-    value = row[column]
-    return (isinstance(value, (int, float)) and value > 0) or (value is None and row["reasons"].get(column))
+def _is_measured(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < float("inf")
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)
 def test_quick_run_writes_every_metric_and_the_chart(tmp_path):
-    run = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench.py"), "--quick",
-                          "--output-dir", str(tmp_path)], capture_output=True, text=True, timeout=290)
+    # measured: 262 s in all at load 10 on the 2 cores, the slowest worker 72 s of its 120 s (doubled here)
+    run = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench.py"), "--quick", "--timeout-scale",
+                          "2", "--output-dir", str(tmp_path)], capture_output=True, text=True, timeout=590)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     results = json.loads((tmp_path / "results.json").read_text())
     assert set(results["metrics"]) == QUICK_METRICS
     for key, row in results["metrics"].items():
         for column in ("ours", "timm", "ratio"):
-            assert _has_value_or_reason(row, column), (key, column, row)
+            assert _is_measured(row[column]), (key, column, row)
+        assert not any(row["reasons"].values()), (key, row["reasons"])
+        better = row["ours"] / row["timm"] if row["better"] == "higher" else row["timm"] / row["ours"]
+        assert abs(row["ratio"] - better) <= 0.01 * better + 0.002, (key, row)  # the ratio of these two (rounded)
     for name, record in results["workers"].items():
-        assert record["ok"] or record["error"], name
+        assert record["ok"] and not record["error"], (name, record)
     for field in ("cpu", "cores", "python", "mindspore", "torch", "timm", "numpy"):
         assert results["machine"][field], field
     assert results["date"] and results["settings"]["quick"] is True

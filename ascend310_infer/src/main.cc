@@ -1,12 +1,22 @@
 /**
- * NFNet inference on Ascend 310 (or GPU / CPU) with MindSpore's C++ API.
+ * NFNet inference with MindSpore's C++ API: Ascend 310 / 310P / 910, GPU or CPU, on MindSpore
+ * Lite 2.x (cloud inference package) or full MindSpore <= 2.3.
  *
  * Loads a MINDIR written by export.py, runs every <input_path>/<name>.bin (float32 NCHW,
  * written by preprocess.py through the Python eval transform, so no image decoding or
  * resizing happens here) and writes <result_path>/<name>_<i>.bin for each output i,
  * which postprocess.py scores. Prints the latency of each file and writes the mean per
- * image to <time_path>/test_perform_static.txt. Every MindSpore Status is checked: the
- * app stops with a message naming the failed step and exits non-zero.
+ * real image to <time_path>/test_perform_static.txt. Every MindSpore Status is checked: the
+ * app stops with one line naming the failed step and exits non-zero (2: a user mistake).
+ *
+ * Building the model differs between the two packages that install include/api:
+ * - MindSpore Lite builds from the file, Model::Build(path, ModelType::kMindIR, context), and
+ *   answers kLiteNotSupport to a GraphCell build
+ *   (https://www.mindspore.cn/lite/cloud_docs/en/r2.10.0/mindir/runtime_cpp.html);
+ * - full MindSpore (<= 2.3, the last wheels with include/api and libmindspore.so) builds from
+ *   Serialization::Load + Model::Build(GraphCell(graph), context).
+ * build.sh defines NFNET_MINDSPORE_LITE for Lite; whichever way is tried first, a
+ * kLiteNotSupport answer makes the app try the other one.
  */
 #include <chrono>
 #include <iomanip>
@@ -15,6 +25,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <sys/stat.h>
 
 #include "include/api/context.h"
 #include "include/api/model.h"
@@ -29,7 +41,11 @@ using mindspore::MSTensor;
 using mindspore::Status;
 using nfnet_infer::Options;
 
-constexpr char kTimeFile[] = "test_perform_static.txt";
+#ifdef NFNET_MINDSPORE_LITE
+constexpr bool kLiteFirst = true;
+#else
+constexpr bool kLiteFirst = false;
+#endif
 
 /// Prints "error: <step> failed (status <code>): <message>" when `status` is not OK.
 bool Ok(const Status &status, const std::string &step) {
@@ -41,16 +57,17 @@ bool Ok(const Status &status, const std::string &step) {
   return false;
 }
 
-int Fail(const std::string &message) {
+int Fail(const std::string &message, int code) {
   std::cerr << "error: " << message << std::endl;
-  return 1;
+  return code;
 }
 
 /// The device description for --device_type (validated by ParseOptions).
 std::shared_ptr<mindspore::DeviceInfoContext> MakeDeviceInfo(const Options &options) {
-  if (options.device_type == "Ascend") {
+  if (nfnet_infer::IsAscend(options.device_type)) {  // 310, 310P and 910 alike: the runtime knows the chip
     auto ascend = std::make_shared<mindspore::AscendDeviceInfo>();
     ascend->SetDeviceID(options.device_id);
+    ascend->SetPrecisionMode(options.precision_mode);
     return ascend;
   }
   if (options.device_type == "GPU") {
@@ -58,21 +75,94 @@ std::shared_ptr<mindspore::DeviceInfoContext> MakeDeviceInfo(const Options &opti
     gpu->SetDeviceID(options.device_id);
     return gpu;
   }
-  return std::make_shared<mindspore::CPUDeviceInfo>();
+  auto cpu = std::make_shared<mindspore::CPUDeviceInfo>();
+  cpu->SetEnableFP16(false);  // float32 kernels: eval.py's numbers
+  return cpu;
 }
 
-/// Writes each output of one inference as <result_path>/<name>_<i>.bin.
-bool WriteOutputs(const Options &options, const std::string &name, const std::vector<MSTensor> &outputs) {
+/// MindSpore Lite's way: the runtime reads the file itself.
+Status BuildFromFile(mindspore::Model *model, const std::string &path,
+                     const std::shared_ptr<mindspore::Context> &context) {
+  return model->Build(path, mindspore::ModelType::kMindIR, context);
+}
+
+/// Full MindSpore's way: load the graph, then build a GraphCell.
+Status BuildFromGraph(mindspore::Model *model, const std::string &path,
+                      const std::shared_ptr<mindspore::Context> &context) {
+  mindspore::Graph graph;
+  const Status status = mindspore::Serialization::Load(path, mindspore::ModelType::kMindIR, &graph);
+  if (status != mindspore::kSuccess) {
+    return status;
+  }
+  return model->Build(mindspore::GraphCell(graph), context);
+}
+
+/// Builds the model the flavour's way; on kLiteNotSupport, the other way on a fresh Model.
+std::unique_ptr<mindspore::Model> BuildModel(const Options &options,
+                                             const std::shared_ptr<mindspore::Context> &context) {
+  using Builder = Status (*)(mindspore::Model *, const std::string &, const std::shared_ptr<mindspore::Context> &);
+  const Builder first = kLiteFirst ? BuildFromFile : BuildFromGraph;
+  const Builder second = kLiteFirst ? BuildFromGraph : BuildFromFile;
+  const char *second_name = kLiteFirst ? "Serialization::Load + GraphCell" : "Model::Build(path)";
+  auto model = std::make_unique<mindspore::Model>();
+  Status status = first(model.get(), options.mindir_path, context);
+  if (status == mindspore::kLiteNotSupport) {
+    std::cout << "note: the runtime does not support this way of building; trying " << second_name << std::endl;
+    model = std::make_unique<mindspore::Model>();
+    status = second(model.get(), options.mindir_path, context);
+  }
+  if (!Ok(status, "building " + options.mindir_path + " on " + options.device_type + " " +
+                      std::to_string(options.device_id))) {
+    return nullptr;
+  }
+  return model;
+}
+
+std::string TypeName(mindspore::DataType type) {
+  switch (type) {
+    case mindspore::DataType::kNumberTypeFloat16:
+      return "float16";
+    case mindspore::DataType::kNumberTypeFloat32:
+      return "float32";
+    case mindspore::DataType::kNumberTypeUInt8:
+      return "uint8";
+    default:
+      return "data type " + std::to_string(static_cast<int>(type));
+  }
+}
+
+/// Checks and writes each output of one inference as <result_path>/<name>_<i>.bin; returns the exit code.
+int WriteOutputs(const Options &options, const std::string &name, int64_t batch,
+                 const std::vector<MSTensor> &outputs) {
+  std::string error;
+  if (outputs.empty()) {
+    return Fail("inference on " + name + " returned no output", nfnet_infer::kExitRuntime);
+  }
   for (size_t i = 0; i < outputs.size(); ++i) {
-    const std::string path = options.result_path + "/" + name + "_" + std::to_string(i) + ".bin";
-    std::shared_ptr<const void> data = outputs[i].Data();  // host copy of the output
-    std::string error;
-    if (data == nullptr || !nfnet_infer::WriteFile(path, data.get(), outputs[i].DataSize(), &error)) {
-      std::cerr << "error: output " << i << " of " << name << ": "
-                << (data == nullptr ? "no data on the host" : error) << std::endl;
-      return false;
+    const MSTensor &output = outputs[i];
+    if (!nfnet_infer::CheckOutput(name, i, output.DataType() == mindspore::DataType::kNumberTypeFloat32,
+                                  TypeName(output.DataType()), output.ElementNum(), batch, options.num_classes,
+                                  &error)) {
+      return Fail(error, nfnet_infer::kExitUsage);
+    }
+    std::shared_ptr<const void> data = output.Data();  // host copy of the output
+    if (data == nullptr) {
+      return Fail("output " + std::to_string(i) + " of " + name + ": no data on the host", nfnet_infer::kExitRuntime);
+    }
+    if (!nfnet_infer::WriteFile(nfnet_infer::ResultPath(options.result_path, name, i), data.get(), output.DataSize(),
+                                &error)) {
+      return Fail(error, nfnet_infer::kExitRuntime);
     }
   }
+  return 0;
+}
+
+bool FileSize(const std::string &path, size_t *size) {
+  struct stat info;
+  if (stat(path.c_str(), &info) != 0) {
+    return false;
+  }
+  *size = static_cast<size_t>(info.st_size);
   return true;
 }
 
@@ -86,87 +176,90 @@ int main(int argc, char **argv) {
       std::cerr << "error: " << error << "\n";
     }
     std::cerr << nfnet_infer::Usage(argv[0]) << std::endl;
-    return error.empty() ? 0 : 2;
+    return error.empty() ? 0 : nfnet_infer::kExitUsage;
   }
   std::vector<std::string> files;
   if (!nfnet_infer::ListBinFiles(options.input_path, &files, &error)) {
-    return Fail(error);
+    return Fail(error, nfnet_infer::kExitUsage);
   }
   if (files.empty()) {
-    return Fail("no .bin files in " + options.input_path + " (run preprocess.py first)");
+    return Fail("no .bin files in " + options.input_path + " (run preprocess.py first)", nfnet_infer::kExitUsage);
   }
   if (!nfnet_infer::MakeDirs(options.result_path, &error) || !nfnet_infer::MakeDirs(options.time_path, &error)) {
-    return Fail(error);
+    return Fail(error, nfnet_infer::kExitUsage);
   }
 
   auto context = std::make_shared<mindspore::Context>();
   context->MutableDeviceInfo().push_back(MakeDeviceInfo(options));
-  mindspore::Graph graph;
-  if (!Ok(mindspore::Serialization::Load(options.mindir_path, mindspore::ModelType::kMindIR, &graph),
-          "loading " + options.mindir_path)) {
-    return 1;
+  std::cout << "MindSpore " << (kLiteFirst ? "Lite" : "(full)") << " C++ API, device " << options.device_type << " "
+            << options.device_id;
+  if (nfnet_infer::IsAscend(options.device_type)) {
+    std::cout << ", precision_mode " << options.precision_mode;
   }
-  mindspore::Model model;
-  if (!Ok(model.Build(mindspore::GraphCell(graph), context),
-          "building the model on " + options.device_type + " " + std::to_string(options.device_id))) {
-    return 1;
+  std::cout << std::endl;
+  std::unique_ptr<mindspore::Model> model = BuildModel(options, context);
+  if (model == nullptr) {
+    return nfnet_infer::kExitRuntime;
   }
-  const std::vector<MSTensor> model_inputs = model.GetInputs();
+  const std::vector<MSTensor> model_inputs = model->GetInputs();
   if (model_inputs.size() != 1) {
     return Fail("expected a model with one input, " + options.mindir_path + " has " +
-                std::to_string(model_inputs.size()));
+                std::to_string(model_inputs.size()), nfnet_infer::kExitUsage);
   }
   const MSTensor &input = model_inputs[0];
-  if (input.DataType() != mindspore::DataType::kNumberTypeFloat32 || input.Shape().empty() ||
-      input.Shape()[0] < 1) {
-    return Fail("expected a float32 NCHW model input, got shape (" + nfnet_infer::ShapeToString(input.Shape()) + ")");
+  const std::vector<int64_t> shape = input.Shape();
+  if (input.DataType() != mindspore::DataType::kNumberTypeFloat32 || shape.size() != 4 || shape[0] < 1) {
+    return Fail("expected a float32 NCHW model input, got " + TypeName(input.DataType()) + " (" +
+                nfnet_infer::ShapeToString(shape) + ")", nfnet_infer::kExitUsage);
   }
-  const int64_t batch = input.Shape()[0];
-  std::cout << "model input " << input.Name() << ": float32 (" << nfnet_infer::ShapeToString(input.Shape())
-            << "), " << files.size() << " files" << std::endl;
+  const int64_t batch = shape[0];
+  if (!nfnet_infer::CheckImageCount(options.num_images, files.size(), batch, &error)) {
+    return Fail(error, nfnet_infer::kExitUsage);
+  }
+  for (const std::string &file : files) {  // every input checked before the first runs
+    size_t size = 0;
+    if (!FileSize(file, &size) || !nfnet_infer::CheckInputSize(file, size, shape, input.DataSize(), &error)) {
+      return Fail(error.empty() ? "cannot read " + file : error, nfnet_infer::kExitUsage);
+    }
+  }
+  std::cout << "model input " << input.Name() << ": float32 (" << nfnet_infer::ShapeToString(shape) << "), "
+            << files.size() << " files" << std::endl;
 
   double total_ms = 0.0;
-  for (const std::string &file : files) {
+  for (size_t index = 0; index < files.size(); ++index) {
+    const std::string &file = files[index];
     std::vector<char> data;
     if (!nfnet_infer::ReadFile(file, &data, &error)) {
-      return Fail(error);
-    }
-    if (data.size() != input.DataSize()) {
-      return Fail(file + ": " + std::to_string(data.size()) + " bytes, but the model input (" +
-                  nfnet_infer::ShapeToString(input.Shape()) + ") takes " + std::to_string(input.DataSize()) +
-                  "; preprocess with the exported batch size and test_input_size");
+      return Fail(error, nfnet_infer::kExitUsage);
     }
     std::vector<MSTensor> inputs;
-    inputs.emplace_back(input.Name(), input.DataType(), input.Shape(), data.data(), data.size());
+    inputs.emplace_back(input.Name(), input.DataType(), shape, data.data(), data.size());
     std::vector<MSTensor> outputs;
+    if (index == 0 && !Ok(model->Predict(inputs, &outputs), "warm-up inference on " + file)) {
+      return nfnet_infer::kExitRuntime;  // the first call sets the device up; it is not timed
+    }
+    outputs.clear();
     const auto start = std::chrono::steady_clock::now();
-    const Status status = model.Predict(inputs, &outputs);
+    const Status status = model->Predict(inputs, &outputs);
     const auto end = std::chrono::steady_clock::now();
     const std::string name = nfnet_infer::BaseName(file);
     if (!Ok(status, "inference on " + file)) {
-      return 1;
+      return nfnet_infer::kExitRuntime;
     }
-    if (outputs.empty()) {
-      return Fail("inference on " + file + " returned no output");
-    }
-    if (!WriteOutputs(options, name, outputs)) {
-      return 1;
+    const int code = WriteOutputs(options, name, batch, outputs);
+    if (code != 0) {
+      return code;
     }
     const double ms = std::chrono::duration<double, std::milli>(end - start).count();
     total_ms += ms;
-    std::cout << name << ": " << std::fixed << std::setprecision(3) << ms / static_cast<double>(batch)
-              << " ms per image" << std::endl;
+    std::cout << name << ": " << std::fixed << std::setprecision(3) << ms << " ms" << std::endl;
   }
 
-  const double per_file = total_ms / static_cast<double>(files.size());
-  std::ostringstream summary;
-  summary << std::fixed << std::setprecision(3) << "NN inference cost average time: "
-          << per_file / static_cast<double>(batch) << " ms per image (" << per_file << " ms per file, "
-          << files.size() << " files, " << files.size() * static_cast<size_t>(batch) << " images)";
-  const std::string text = summary.str() + "\n";
-  if (!nfnet_infer::WriteFile(options.time_path + "/" + kTimeFile, text.data(), text.size(), &error)) {
-    return Fail(error);
+  const std::string summary = nfnet_infer::TimingSummary(total_ms, files.size(), batch, options.num_images);
+  const std::string text = summary + "\n";
+  if (!nfnet_infer::WriteFile(options.time_path + "/" + nfnet_infer::kTimeFile, text.data(), text.size(), &error)) {
+    return Fail(error, nfnet_infer::kExitRuntime);
   }
-  std::cout << summary.str() << std::endl;
+  std::cout << summary << std::endl;
   return 0;
 }

@@ -5,7 +5,9 @@ keys -> ``GeneratorDataset`` yields the key -> ``map`` calls a random-access sou
 (TrainSource / EvalSource: ``source[key]`` loads the file with ``transforms.load_image``
 and applies the Python transform) in ``num_parallel_workers`` worker processes ->
 ``batch`` -> (training) Mixup/CutMix per batch. Why the work runs in ``map`` rather than
-in GeneratorDataset's own workers: see the measurements below.
+in GeneratorDataset's own workers: see the measurements below. With DeepMind's mix scheme
+(a mixup whose ``mixes_pairs`` is true, src/data/augment/deepmind_mix.py) each row is an image
+pair, drawn from two independent shuffles, and the batch step mixes, augments and normalizes.
 
 Columns:
     training:   image float32 (B, 3, H, W); label int32 (B,), or float32 (B, num_classes)
@@ -206,6 +208,25 @@ class TrainSource(_ImageFolderSource):
             return self.transform(image), np.int32(label)
 
 
+class PairTrainSource(TrainSource):
+    """Training source of image pairs: key ``(epoch * N + a) * N + b`` -> (image a, image b, label a, label b).
+
+    Image a draws its augmentation from (seed, epoch, a), image b from (seed, epoch, b, 1).
+    """
+
+    def __getitem__(self, key):
+        n = len(self.samples)
+        rest, b = divmod(int(key), n)
+        epoch, a = divmod(rest, n)
+        with _seeded_random_state(self.seed, epoch, a):
+            image_a, label_a, _ = self.load(a)
+            image_a = self.transform(image_a)
+        with _seeded_random_state(self.seed, epoch, b, 1):
+            image_b, label_b, _ = self.load(b)
+            image_b = self.transform(image_b)
+        return image_a, image_b, np.int32(label_a), np.int32(label_b)
+
+
 class EvalSource(_ImageFolderSource):
     """Random-access evaluation source for shard ``shard_id`` of ``num_shards``: (image, label, valid).
 
@@ -241,10 +262,15 @@ class EpochShardSampler(ds.Sampler):
     ``skip`` leaves out the first items of every epoch's shard: a sampler for the rest of an
     epoch that a stopped run had begun (MindSpore fixes the item count per pass, so that
     rest is a pipeline of its own).
+
+    With ``pairs`` each item is a pair (a, b) of indices from two independent permutations,
+    yielded as ``(epoch * num_items + a) * num_items + b`` (see PairTrainSource).
     """
 
-    def __init__(self, num_items, num_shards=1, shard_id=0, shuffle=True, seed=0, start_epoch=0, skip=0):
+    def __init__(self, num_items, num_shards=1, shard_id=0, shuffle=True, seed=0, start_epoch=0, pairs=False,
+                 skip=0):
         self.num_items = num_items
+        self.pairs = pairs
         self.num_shards = num_shards
         self.shard_id = shard_id
         self.shuffle = shuffle
@@ -256,9 +282,11 @@ class EpochShardSampler(ds.Sampler):
     def __len__(self):
         return math.ceil(self.num_items / self.num_shards) - self.skip
 
-    def epoch_indices(self, epoch):
+    def epoch_indices(self, epoch, stream=0):
+        """This shard's indices of ``epoch``; ``stream`` 1 is the second, independent permutation of pairs."""
+        words = [self.seed, epoch] + ([stream] if stream else [])
         if self.shuffle:
-            order = np.random.default_rng([self.seed, epoch]).permutation(self.num_items)
+            order = np.random.default_rng(words).permutation(self.num_items)
         else:
             order = np.arange(self.num_items)
         order = np.resize(order, math.ceil(self.num_items / self.num_shards) * self.num_shards)  # wraps around
@@ -268,7 +296,11 @@ class EpochShardSampler(ds.Sampler):
         epoch = self.epoch
         self.epoch += 1
         offset = epoch * self.num_items
-        return iter([offset + int(i) for i in self.epoch_indices(epoch)[self.skip:]])
+        first = self.epoch_indices(epoch)[self.skip:]
+        if not self.pairs:
+            return iter([offset + int(i) for i in first])
+        second = self.epoch_indices(epoch, stream=1)[self.skip:]
+        return iter([(offset + int(a)) * self.num_items + int(b) for a, b in zip(first, second)])
 
 
 class MixupBatch:
@@ -292,11 +324,40 @@ class MixupBatch:
         return list(x), list(targets)
 
 
+class MixPairsBatch:
+    """``per_batch_map`` of DeepMind's mix scheme: (images, mix_images, labels, mix_labels) -> (images, targets),
+    seeded per batch like MixupBatch."""
+
+    def __init__(self, mix, seed=0, start_epoch=0, skip_batches=0):
+        self.mix = mix
+        self.seed = seed
+        self.start_epoch = start_epoch
+        self.skip_batches = skip_batches  # batches of each epoch left out (see EpochShardSampler's skip)
+
+    def __call__(self, images, mix_images, labels, mix_labels, batch_info):
+        epoch = self.start_epoch + batch_info.get_epoch_num()
+        with _seeded_random_state(self.seed, epoch, self.skip_batches + batch_info.get_batch_num(), 2 ** 31):
+            x, targets = self.mix(np.stack(images), np.stack(mix_images), np.asarray(labels), np.asarray(mix_labels))
+        return list(np.asarray(x, dtype=np.float32)), list(np.asarray(targets, dtype=np.float32))
+
+
 def create_mixup(mix_up=0.0, cutmix=0.0, cutmix_minmax=None, mixup_prob=1.0, switch_prob=0.5,
-                 mixup_mode="batch", label_smoothing=0.1, num_classes=1000):
-    """The batch-level Mixup/CutMix callable for ``create_dataset(mixup=...)``, or None when both are off."""
+                 mixup_mode="batch", label_smoothing=0.1, num_classes=1000, mix_scheme="timm", augment=None):
+    """The batch-level Mixup/CutMix callable for ``create_dataset(mixup=...)``, or None when both are off.
+
+    ``mix_scheme`` 'deepmind' gives DeepMindMixupCutMix (Mixup alpha ``mix_up``, CutMix on when ``cutmix``
+    > 0; mixup_prob, switch_prob, mixup_mode and cutmix_minmax unused) with ``augment`` (e.g. RandAugment)
+    applied after mixing; the training transform must then stop before normalization.
+    """
     if mix_up <= 0 and cutmix <= 0 and cutmix_minmax is None:
         return None
+    if mix_scheme == "deepmind":
+        from .augment import DeepMindMixupCutMix
+
+        return DeepMindMixupCutMix(mixup_alpha=mix_up, cutmix=cutmix > 0, num_classes=num_classes,
+                                   label_smoothing=label_smoothing, augment=augment)
+    if mix_scheme != "timm":
+        raise ValueError(f"unknown mix_scheme {mix_scheme!r}, use 'timm' or 'deepmind'")
     from .augment import Mixup
 
     return Mixup(mixup_alpha=mix_up, cutmix_alpha=cutmix, cutmix_minmax=cutmix_minmax, prob=mixup_prob,
@@ -347,6 +408,9 @@ def create_dataset(data_path, split, is_training, batch_size, transform, num_par
     if is_mindrecord_split(data_path, split):
         if skip_batches:
             raise DatasetError(f"{data_path}: a MindRecord split cannot resume in the middle of an epoch")
+        if is_training and getattr(mixup, "mixes_pairs", False):
+            raise DatasetError(f"{data_path}: MindRecord training data does not support mix_scheme deepmind "
+                               f"(image pairs); use the image folder")
         return _create_mindrecord_dataset(mindrecord_files(data_path, split), is_training, batch_size, transform,
                                           workers, shuffle, num_shards, shard_id, drop_remainder, mixup, seed,
                                           start_epoch, python_multiprocessing)
@@ -365,10 +429,20 @@ def create_dataset(data_path, split, is_training, batch_size, transform, num_par
 
     shuffle = True if shuffle is None else shuffle
     drop_remainder = True if drop_remainder is None else drop_remainder
-    sampler = EpochShardSampler(len(samples), num_shards, shard_id, shuffle, seed, start_epoch,
+    pairs = getattr(mixup, "mixes_pairs", False)
+    sampler = EpochShardSampler(len(samples), num_shards, shard_id, shuffle, seed, start_epoch, pairs=pairs,
                                 skip=skip_batches * batch_size)
     if drop_remainder and len(sampler) < batch_size:
         raise DatasetError(f"{split_dir}: {len(sampler)} images per shard, fewer than one batch of {batch_size}")
+    if pairs:
+        columns = ["image", "mix_image", "label", "mix_label"]
+        source = PairTrainSource(samples, transform, seed, strict_data, bad_file_log)
+        dataset = load_in_workers(source, columns, sampler=sampler)
+        # the batch step augments every image: worker processes run it in parallel, threads one at a time
+        return dataset.batch(batch_size, drop_remainder=drop_remainder, num_parallel_workers=workers,
+                             python_multiprocessing=python_multiprocessing and workers > 1,
+                             input_columns=columns, output_columns=["image", "label"],
+                             per_batch_map=MixPairsBatch(mixup, seed, start_epoch, skip_batches))
     source = TrainSource(samples, transform, seed, strict_data, bad_file_log)
     dataset = load_in_workers(source, ["image", "label"], sampler=sampler)
     if mixup is None:

@@ -210,9 +210,29 @@ class Compose:
         return "Compose(" + ", ".join(type(s).__name__ for s in self.steps) + ")"
 
 
+def create_rand_augment(auto_augment, input_size=224, mean=IMAGENET_MEAN, interpolation="bicubic"):
+    """RandAugment from its config string: timm's 'rand-m5-n4-mstd0.5-inc1' (per-op probability,
+    magnitude noise, PIL) or DeepMind's 'randaugment_405' (nfnets/autoaugment.py semantics)."""
+    if auto_augment.startswith("randaugment_"):
+        from .augment import DeepMindRandAugment  # lazy: the augment package is optional for eval
+
+        return DeepMindRandAugment.from_level(auto_augment)
+    if not auto_augment.startswith("rand-"):
+        raise ValueError(f"auto_augment '{auto_augment}': only RandAugment strings ('rand-...', "
+                         f"'randaugment_NNN') are supported")
+    from .augment import rand_augment_transform
+
+    hparams = {
+        "translate_const": int(input_size * 0.45),
+        "img_mean": tuple(min(255, round(255 * m)) for m in mean),
+        "interpolation": interpolation,
+    }
+    return rand_augment_transform(auto_augment, hparams)
+
+
 def create_train_transform(input_size, interpolation="bicubic", scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3),
                            hflip=0.5, auto_augment=None, mean=IMAGENET_MEAN, std=IMAGENET_STD,
-                           re_prob=0.0, re_mode="pixel", re_count=1):
+                           re_prob=0.0, re_mode="pixel", re_count=1, normalize=True):
     """Training transform: ``(PIL RGB image) -> float32 CHW array`` of ``input_size`` x ``input_size``.
 
     Args:
@@ -222,24 +242,22 @@ def create_train_transform(input_size, interpolation="bicubic", scale=(0.08, 1.0
         scale: range of the crop area as a fraction of the image area.
         ratio: range of the crop aspect ratio (width / height), sampled log-uniformly.
         hflip: probability of a horizontal flip.
-        auto_augment: timm-style RandAugment string such as 'rand-m5-n4-mstd0.5-inc1', or None / ''.
+        auto_augment: RandAugment string (see create_rand_augment), or None / ''.
         mean, std: per-channel normalization of the 0..1 image.
         re_prob, re_mode, re_count: random erasing on the normalized array (off when re_prob is 0).
+        normalize: False stops after the crop and flip and returns the HWC uint8 array (DeepMind's
+            mix scheme augments and normalizes after mixing); auto_augment and re_prob must then be off.
     """
     steps = [RandomResizedCrop(input_size, scale=tuple(scale), ratio=tuple(ratio), interpolation=interpolation)]
     if hflip > 0:
         steps.append(RandomHorizontalFlip(hflip))
+    if not normalize:
+        if auto_augment or re_prob > 0:
+            raise ValueError("normalize=False returns the cropped image: auto_augment and re_prob must be off")
+        steps.append(np.asarray)
+        return Compose(steps)
     if auto_augment:
-        if not auto_augment.startswith("rand"):
-            raise ValueError(f"auto_augment '{auto_augment}': only RandAugment strings ('rand-...') are supported")
-        from .augment import rand_augment_transform  # lazy: the augment package is optional for eval
-
-        hparams = {
-            "translate_const": int(input_size * 0.45),
-            "img_mean": tuple(min(255, round(255 * m)) for m in mean),
-            "interpolation": interpolation,
-        }
-        steps.append(rand_augment_transform(auto_augment, hparams))
+        steps.append(create_rand_augment(auto_augment, input_size, mean, interpolation))
     steps.append(ToNormalizedCHW(mean, std))
     if re_prob > 0:
         from .augment import RandomErasing

@@ -6,10 +6,14 @@ weight standardization folded (src/deploy/fold.py), in float32, traced at batch
 computes GELU without the Erf operator (src/deploy/gelu.py), because MindSpore's ONNX
 exporter has none, and always uses native Conv operators.
 
-Convolutions in a MINDIR/AIR follow the device the network is built for (conv_impl
-"auto"): native Conv2D on Ascend and GPU, im2col + matmul on CPU, where MindSpore 2.10
-runs that ~10x faster. Exporting on a CPU machine for Ascend 310, pass conv_impl
-"native" (export.py --conv_impl native).
+Every export is portable by default, whatever machine writes it: each convolution is one
+native Conv2D operator (what Ascend 310/910, GPU, MindSpore Lite and ONNX runtimes execute
+best). The im2col + matmul form, which MindSpore 2.10's CPU backend runs faster on large
+inputs (F0 at 256x256; not on small ones), is written only when asked for by name:
+conv_impl "im2col_cpu" (export.py --conv_impl im2col_cpu), for a MINDIR that will run on
+MindSpore's CPU backend and nowhere else.
+
+ONNX can get a free batch axis (dynamic_batch, src/deploy/onnx_batch.py).
 """
 import os
 
@@ -18,6 +22,8 @@ import numpy as np
 from .errors import DeployError
 
 EXTENSIONS = {"MINDIR": ".mindir", "ONNX": ".onnx", "AIR": ".air"}
+# export.py --conv_impl: the name users see -> FoldedConv2d's implementation
+CONV_IMPLS = {"native": "native", "im2col_cpu": "matmul"}
 EMA_PREFIX = "ema."
 
 
@@ -56,21 +62,31 @@ def create_eval_network(cfg, checkpoint_path, use_ema=None):
     return network, prefix
 
 
-def create_deploy_network(network, file_format="MINDIR", conv_impl="auto"):
+def create_deploy_network(network, file_format="MINDIR", conv_impl="native", dynamic_batch=False):
     """The folded eval network for `file_format` (a new network; `network` is left as it is).
 
-    conv_impl: "auto" keeps each layer's convolution implementation, "native" / "matmul"
-    set it; ONNX always gets native convolutions.
+    conv_impl: "native" (one Conv2D per convolution, the default) or "im2col_cpu" (im2col +
+    matmul, for MindSpore's CPU backend only); ONNX always gets native convolutions.
+    dynamic_batch (ONNX only): cells that would fix the batch size in the graph are swapped
+    for batch-free forms (src/deploy/onnx_batch.py).
     """
     from .fold import fold_weight_standardization
     from .gelu import use_elementary_gelu
 
+    if conv_impl not in CONV_IMPLS:
+        raise DeployError(f"conv_impl must be one of {', '.join(CONV_IMPLS)}, got {conv_impl!r}")
+    if dynamic_batch and file_format != "ONNX":
+        raise DeployError(f"a dynamic batch axis is for ONNX exports only, not {file_format}")
     if file_format == "ONNX":
         conv_impl = "native"
-    folded = fold_weight_standardization(network, None if conv_impl == "auto" else conv_impl)
+    folded = fold_weight_standardization(network, CONV_IMPLS[conv_impl])
     use_operator_forms(folded)
     if file_format == "ONNX":
         use_elementary_gelu(folded)
+    if dynamic_batch:
+        from .onnx_batch import use_batch_free_cells
+
+        use_batch_free_cells(folded)
     return folded
 
 
@@ -95,8 +111,11 @@ def use_operator_forms(network):
     return count
 
 
-def export_network(network, file_format, file_name, batch_size, image_size, overwrite=False):
+def export_network(network, file_format, file_name, batch_size, image_size, overwrite=False, dynamic_batch=False):
     """Trace `network` on a (batch_size, 3, image_size, image_size) float32 input and write it.
+
+    dynamic_batch (ONNX): the written graph's batch axis is made symbolic, any batch runs
+    (`network` must come from create_deploy_network(..., dynamic_batch=True)).
 
     The file is written under a temporary name next to the target and renamed into place,
     so an interrupted export never leaves a truncated model behind. Refuses to replace an
@@ -116,6 +135,10 @@ def export_network(network, file_format, file_name, batch_size, image_size, over
         ms.export(network, example, file_name=tmp_stem, file_format=file_format)
         if not os.path.isfile(tmp_path):
             raise DeployError(f"MindSpore wrote no {file_format} file at {tmp_path}")
+        if dynamic_batch:
+            from .onnx_batch import make_batch_dynamic
+
+            make_batch_dynamic(tmp_path)
         os.replace(tmp_path, path)
     finally:
         if os.path.exists(tmp_path):
@@ -123,7 +146,7 @@ def export_network(network, file_format, file_name, batch_size, image_size, over
     return path
 
 
-def run_export(cfg, checkpoint_path, overwrite=False, conv_impl="auto", log=print):
+def run_export(cfg, checkpoint_path, overwrite=False, conv_impl="native", dynamic_batch=False, log=print):
     """export.py's work: checks, eval network from the checkpoint, fold, write. Returns the path.
 
     Cheap checks (existing target, AIR off Ascend, unavailable device) come before the
@@ -136,17 +159,18 @@ def run_export(cfg, checkpoint_path, overwrite=False, conv_impl="auto", log=prin
     if os.path.exists(path) and not overwrite:
         raise DeployError(f"{path} already exists; pass --overwrite to replace it")
     check_device(cfg.device_target, cfg.file_format)
+    if dynamic_batch and cfg.file_format != "ONNX":
+        raise DeployError(f"--dynamic_batch is for ONNX exports only, not {cfg.file_format}")
     ms.set_device(cfg.device_target, cfg.device_id)
     network, prefix = create_eval_network(cfg, checkpoint_path)  # CheckpointError is a UserError
     if cfg.use_ema and not prefix:
         log(f"note: {checkpoint_path} holds no EMA weights; exporting its raw weights")
-    deployed = create_deploy_network(network, cfg.file_format, conv_impl)
+    deployed = create_deploy_network(network, cfg.file_format, conv_impl, dynamic_batch)
     path = export_network(deployed, cfg.file_format, file_name, cfg.export_batch_size, cfg.test_input_size,
-                          overwrite=overwrite)
-    from .fold import FoldedConv2d
-
-    impls = "/".join(sorted({c.conv_impl for _, c in deployed.cells_and_names() if isinstance(c, FoldedConv2d)}))
+                          overwrite=overwrite, dynamic_batch=dynamic_batch)
+    impls = "native" if cfg.file_format == "ONNX" else conv_impl
     size = cfg.test_input_size
+    batch = "any" if dynamic_batch else cfg.export_batch_size
     log(f"exported {cfg.arch} ({'EMA' if prefix else 'raw'} weights of {checkpoint_path}) as {cfg.file_format}: "
-        f"{path} (input {cfg.export_batch_size}x3x{size}x{size} float32, {impls} convolutions)")
+        f"{path} (input {batch}x3x{size}x{size} float32, {impls} convolutions)")
     return path

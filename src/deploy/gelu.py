@@ -19,7 +19,8 @@ would cancel. tests/deploy/test_gelu.py measures it against float64 GELU.
 """
 import math
 
-from mindspore import nn, ops
+import numpy as np
+from mindspore import Tensor, nn, ops
 
 from src.models.layers import GammaAct
 
@@ -29,13 +30,14 @@ from .cells import replace_cells
 ERFC_COEFFS = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806,
                0.27886807, -1.13520398, 1.48851587, -0.82215223, 0.17087277)
 _INV_SQRT2 = 1.0 / math.sqrt(2.0)
+_TWO = Tensor(np.float32(2.0))
 
 
 def erfc_nonnegative(z):
     """erfc(z) for a tensor z >= 0, from elementary operators only."""
-    # 1 / (1 + z/2) as a tensor-by-tensor Div: a constant numerator becomes Reciprocal, which the
-    # exporter lacks too
-    t = ops.div(ops.full_like(z, 2.0), z + 2.0)
+    # 1 / (1 + z/2) as a tensor-by-tensor Div: a scalar numerator becomes Reciprocal, which the
+    # exporter lacks too; a 0-d constant tensor broadcasts, so the graph names no batch size
+    t = ops.div(_TWO, z + 2.0)
     poly = ERFC_COEFFS[-1]
     for coeff in reversed(ERFC_COEFFS[:-1]):  # Horner
         poly = poly * t + coeff

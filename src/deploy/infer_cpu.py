@@ -1,11 +1,16 @@
-"""Run an exported MINDIR over preprocessed .bin inputs with MindSpore's Python API.
+"""Run an exported model over preprocessed .bin inputs on the CPU: a MINDIR with MindSpore, or ONNX.
 
 The CPU twin of ascend310_infer/: the same inputs (<input_path>/<name>.bin), the same
 outputs (<result_path>/<name>_0.bin, float32 logits) and the same timing file
-(<time_path>/test_perform_static.txt), so postprocess.py scores both alike.
+(<time_path>/test_perform_static.txt), so postprocess.py scores all of them alike.
 
     python -m src.deploy.infer_cpu --mindir_path net.mindir --input_path preprocess_Result/images \
-        [--result_path result_Files] [--time_path time_Result] [--device_target CPU]
+        [--result_path result_Files] [--time_path time_Result] [--device_target CPU] [--num_images N]
+    python -m src.deploy.infer_cpu --onnx_path net.onnx --input_path preprocess_Result/images ...
+
+A MINDIR runs through mindspore.load + nn.GraphCell; an ONNX model in ONNX Runtime (the optional
+requirements-onnx.txt), whose batch axis may be free (export.py --dynamic_batch): its batch is
+then read from the input files' size.
 """
 import argparse
 import math
@@ -13,9 +18,11 @@ import os
 import sys
 import time
 
+import numpy as np
+
 from src.config import run_cli
 
-from .binio import list_bins, mindir_input_shape, read_tensor, result_name, write_atomic, write_tensor
+from .binio import DTYPE, list_bins, mindir_input_shape, read_tensor, result_name, write_atomic, write_tensor
 from .errors import DeployError
 from .progress import ProgressBar
 
@@ -23,7 +30,7 @@ TIME_FILE = "test_perform_static.txt"
 
 
 def load_mindir(path, device_target="CPU"):
-    """(GraphCell, input shape) of a float32 single-input MINDIR."""
+    """(run(array) -> logits, input shape) of a float32 single-input MINDIR."""
     import mindspore as ms
 
     shape, is_float32 = mindir_input_shape(path)
@@ -37,47 +44,88 @@ def load_mindir(path, device_target="CPU"):
             set_cpu_threads()  # MindSpore's default 25 kernel threads oversubscribe small machines
         except RuntimeError:  # MindSpore allows setting it once per process; it already was
             pass
-    return ms.nn.GraphCell(ms.load(path)), shape
+    network = ms.nn.GraphCell(ms.load(path))
+    return lambda x: network(ms.Tensor(x)).asnumpy(), shape
 
 
-def run_inference(mindir_path, input_path, result_path, time_path=None, device_target="CPU", progress=True):
-    """Run every <input_path>/*.bin through the MINDIR; write <result_path>/<name>_0.bin.
+def load_onnx(path, threads=None):
+    """(run(array) -> logits, input shape) of a single-input ONNX model; a free batch axis is None."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise DeployError("ONNX Runtime is not installed: pip install -r requirements-onnx.txt") from None
+    if not os.path.isfile(path):
+        raise DeployError(f"ONNX file not found: {path}")
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads or len(os.sched_getaffinity(0))
+    try:
+        session = ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime raises its own exception types for unreadable models
+        raise DeployError(f"{path} is not a readable ONNX model ({str(exc).splitlines()[0][:200]})") from None
+    inputs = session.get_inputs()
+    if len(inputs) != 1 or inputs[0].type != "tensor(float)":
+        raise DeployError(f"{path}: expected one float32 input, found {[(i.name, i.type) for i in inputs]}")
+    name = inputs[0].name
+    shape = tuple(d if isinstance(d, int) else None for d in inputs[0].shape)
+    return lambda x: session.run(None, {name: x})[0], shape
 
-    The first input runs once untimed (graph compilation); then each file is timed.
-    Returns a dict: files, images (files x batch), mean_ms_per_file, mean_ms_per_image.
+
+def resolve_batch(shape, input_path, names):
+    """`shape` with a free batch axis (None) filled in from the first input file's size."""
+    if shape[0] is not None:
+        return tuple(shape)
+    per_image = math.prod(shape[1:]) * DTYPE.itemsize
+    size = os.path.getsize(os.path.join(input_path, names[0] + ".bin"))
+    if size == 0 or size % per_image:
+        raise DeployError(f"{os.path.join(input_path, names[0] + '.bin')}: {size} bytes is not a whole number of "
+                          f"{tuple(shape[1:])} float32 images")
+    return (size // per_image,) + tuple(shape[1:])
+
+
+def run_inference(model_path, input_path, result_path, time_path=None, device_target="CPU", progress=True,
+                  num_images=None, runtime="mindspore"):
+    """Run every <input_path>/*.bin through the model; write <result_path>/<name>_0.bin.
+
+    runtime: "mindspore" (a MINDIR) or "onnxruntime" (an ONNX model). The first input runs
+    once untimed (graph compilation, allocation); then each file is timed. num_images: the
+    real images over all files (the last file may be padded), for the time per image;
+    default files x batch. Returns a dict: files, images, mean_ms_per_file, mean_ms_per_image.
     """
-    import mindspore as ms
-
     names = [f[:-len(".bin")] for f in list_bins(input_path)]
-    network, shape = load_mindir(mindir_path, device_target)
+    run, shape = load_onnx(model_path) if runtime == "onnxruntime" else load_mindir(model_path, device_target)
+    shape = resolve_batch(shape, input_path, names)
+    capacity = len(names) * shape[0]
+    if num_images is not None and not capacity - shape[0] < num_images <= capacity:
+        raise DeployError(f"--num_images {num_images} does not fit {len(names)} files of batch {shape[0]} "
+                          f"(expected {capacity - shape[0] + 1} to {capacity})")
     os.makedirs(result_path, exist_ok=True)
 
     def load(name):
         path = os.path.join(input_path, name + ".bin")
         try:
-            return ms.Tensor(read_tensor(path, shape))
+            return read_tensor(path, shape)
         except DeployError as exc:
-            raise DeployError(f"{exc}; the MINDIR takes input {tuple(shape)}: preprocess with "
+            raise DeployError(f"{exc}; the model takes input {tuple(shape)}: preprocess with "
                               f"--batch_size {shape[0]} at test_input_size {shape[-1]}") from None
 
-    expected_bytes = 4 * math.prod(shape)  # float32
+    expected_bytes = DTYPE.itemsize * math.prod(shape)
     for name in names:  # every input is checked before the first one runs: no half-written results
         if os.path.getsize(os.path.join(input_path, name + ".bin")) != expected_bytes:
             load(name)  # raises the error naming the file
-    network(load(names[0]))  # warm-up: compiles the graph
+    run(load(names[0]))  # warm-up: compiles the graph
     elapsed = 0.0
     bar = ProgressBar(len(names), "infer") if progress else None
     for name in names:
         x = load(name)
         start = time.perf_counter()
-        logits = network(x).asnumpy()
+        logits = np.asarray(run(x))
         elapsed += time.perf_counter() - start
         write_tensor(os.path.join(result_path, result_name(name)), logits)
         if bar:
             bar.update()
-    per_file = 1000.0 * elapsed / len(names)
-    stats = dict(files=len(names), images=len(names) * shape[0], mean_ms_per_file=per_file,
-                 mean_ms_per_image=per_file / shape[0])
+    images = num_images or capacity
+    stats = dict(files=len(names), images=images, mean_ms_per_file=1000.0 * elapsed / len(names),
+                 mean_ms_per_image=1000.0 * elapsed / images)
     if time_path:
         os.makedirs(time_path, exist_ok=True)
         write_atomic(os.path.join(time_path, TIME_FILE), format_timing(stats).encode("utf-8") + b"\n")
@@ -85,23 +133,31 @@ def run_inference(mindir_path, input_path, result_path, time_path=None, device_t
 
 
 def format_timing(stats):
+    """The C++ app's timing line (nfnet_infer::TimingSummary)."""
     return (f"NN inference cost average time: {stats['mean_ms_per_image']:.3f} ms per image "
             f"({stats['mean_ms_per_file']:.3f} ms per file, {stats['files']} files, {stats['images']} images)")
 
 
 def parse_args(argv=None):
-    parser = argparse.ArgumentParser(description="Run a MINDIR over preprocessed .bin files (MindSpore Python API).")
-    parser.add_argument("--mindir_path", required=True, help="exported .mindir")
+    parser = argparse.ArgumentParser(description="Run a MINDIR (MindSpore) or ONNX model (ONNX Runtime) over "
+                                                 "preprocessed .bin files.")
+    model = parser.add_mutually_exclusive_group(required=True)
+    model.add_argument("--mindir_path", help="exported .mindir, run with MindSpore")
+    model.add_argument("--onnx_path", help="exported .onnx, run with ONNX Runtime on the CPU")
     parser.add_argument("--input_path", required=True, help="folder of <name>.bin inputs (preprocess.py's images/)")
     parser.add_argument("--result_path", default="result_Files", help="folder for <name>_0.bin logits")
     parser.add_argument("--time_path", default="time_Result", help=f"folder for {TIME_FILE}")
-    parser.add_argument("--device_target", default="CPU", choices=("CPU", "GPU", "Ascend"))
+    parser.add_argument("--device_target", default="CPU", choices=("CPU", "GPU", "Ascend"), help="MINDIR only")
+    parser.add_argument("--num_images", type=int, default=None,
+                        help="real images over all files (the last may be padded); default files x batch")
     return parser.parse_args(argv)
 
 
 def main(argv=None):
     args = parse_args(argv)
-    stats = run_inference(args.mindir_path, args.input_path, args.result_path, args.time_path, args.device_target)
+    runtime = "onnxruntime" if args.onnx_path else "mindspore"
+    stats = run_inference(args.onnx_path or args.mindir_path, args.input_path, args.result_path, args.time_path,
+                          args.device_target, num_images=args.num_images, runtime=runtime)
     print(format_timing(stats), file=sys.stdout)
 
 

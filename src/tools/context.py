@@ -90,11 +90,57 @@ def set_cpu_threads(num=None):
 
     from src.models.layers import cpu_kernels
 
-    if num is None:
-        num = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    num = max(1, int(num))
+    num = max(1, int(available_cores() if num is None else num))
     ms.device_context.cpu.op_tuning.threads_num(num)
     cpu_kernels.set_threads(num)  # the fused kernels' threads, the same number
+
+
+def available_cores():
+    """The cores this process may run on."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def device_available(device_target):
+    """Whether this MindSpore installation has a backend for `device_target` (CPU always has).
+
+    mindspore.device_context.<device>.is_available() answers from the plugins MindSpore loaded
+    at import; it logs two warnings when the answer is no, which are silenced here.
+    """
+    if device_target == "CPU":
+        return True
+    import logging
+
+    import mindspore as ms
+
+    module = {"Ascend": ms.device_context.ascend, "GPU": ms.device_context.gpu}[device_target]
+    logging.disable(logging.WARNING)
+    try:
+        return bool(module.is_available())
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def fit_to_machine(cfg, notice=print):
+    """`cfg` made to run on this machine, before anything heavy.
+
+    A device_target without a backend in this MindSpore installation stops with one line that
+    names the fix (a UserError); num_parallel_workers above the cores is lowered to the core
+    count (MindSpore's dataset rejects more) with a notice.
+    """
+    from src.config import UserError
+
+    if not device_available(cfg.device_target):
+        import mindspore as ms
+
+        have = ", ".join(d for d in ("Ascend", "GPU", "CPU") if device_available(d))
+        raise UserError(f"device_target {cfg.device_target} is not available in this MindSpore installation "
+                        f"({ms.__version__}; available: {have}): add --device_target CPU to the command (or set "
+                        f"device_target in the YAML), or install MindSpore's {cfg.device_target} package")
+    cores = available_cores()
+    if cfg.num_parallel_workers > cores:
+        notice(f"num_parallel_workers {cfg.num_parallel_workers} lowered to {cores}, the cores of this machine")
+        cfg = cfg.replace(num_parallel_workers=cores)
+    return cfg
 
 
 def launched_distributed():

@@ -13,10 +13,9 @@ Levels (MindSpore's names):
 
 Kept in float32 at every level:
     - the squeeze-excite gate (`SqueezeExcite`: its mean, two 1x1 convs and sigmoid);
-    - weight standardization: `ScaledStdConv2d.standardized_weight` casts to float32 itself.
-      Under O2/O3 MindSpore casts a cell's Parameters to the low dtype on entry, so the
-      standardization runs in float32 on the float16-rounded weight (relative error ~5e-4,
-      the same order as the float16 convolution that follows);
+    - weight standardization (`WeightStandardization`, or its fused CPU kernel): a cell of
+      its own, computed in float32 from the float32 weight; its output is rounded to the
+      low dtype for the convolution (tests/trainers/amp_cases.py checks the values);
     - the network output: O2/O3 cast the logits back to float32, and the losses
       (src/tools/criterion.py) cast to float32 before the log-softmax, so the softmax and
       the loss are float32.
@@ -36,6 +35,7 @@ import mindspore
 from mindspore import amp
 
 from src.models.layers import SqueezeExcite, cpu_kernels
+from src.models.layers.std_conv import WeightStandardization
 
 __all__ = ["prepare_amp", "KEEP_FP32_CELLS", "AMP_LEVELS"]
 
@@ -43,7 +43,7 @@ AMP_LEVELS = ("O0", "O1", "O2", "O3")
 
 # Cell types that always run in float32 (see the module docstring for the rest); the fused
 # CPU kernels (cpu_kernels.py) are float32 only.
-KEEP_FP32_CELLS = (SqueezeExcite, cpu_kernels.FusedWeightStandardization, cpu_kernels.FusedScaledGELU,
+KEEP_FP32_CELLS = (SqueezeExcite, WeightStandardization, cpu_kernels.FusedWeightStandardization, cpu_kernels.FusedScaledGELU,
                    cpu_kernels.FusedConv2dSame, cpu_kernels.FusedMulRows)
 
 _DTYPES = {"float16": mindspore.float16, "bfloat16": mindspore.bfloat16}

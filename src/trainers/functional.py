@@ -36,7 +36,7 @@ class FunctionalTrainer:
 
     Args:
         network, loss_fn, optimizer: as for `create_train_step`.
-        amp_level, loss_scale, dynamic_loss_scale, loss_scale_factor, loss_scale_window,
+        amp_level, amp_dtype, loss_scale, dynamic_loss_scale, loss_scale_factor, loss_scale_window,
         accumulation_step, ema, device_target: as for `create_train_step`.
         jit: compile the step with `mindspore.jit` (False: run it op by op, for debugging).
 
@@ -46,11 +46,11 @@ class FunctionalTrainer:
             ``overflow``, ``overflow_count`` and ``ema`` from it.
     """
 
-    def __init__(self, network, loss_fn, optimizer, *, amp_level="O0", loss_scale=1.0,
+    def __init__(self, network, loss_fn, optimizer, *, amp_level="O0", amp_dtype="float16", loss_scale=1.0,
                  dynamic_loss_scale=False, loss_scale_factor=2.0, loss_scale_window=1000,
                  accumulation_step=1, ema=None, device_target="CPU", jit=True):
         # the same cell Model.train runs: its network, loss, update and state are shared
-        self.train_cell = create_train_step(network, loss_fn, optimizer, amp_level=amp_level,
+        self.train_cell = create_train_step(network, loss_fn, optimizer, amp_level=amp_level, amp_dtype=amp_dtype,
                                             loss_scale=loss_scale, dynamic_loss_scale=dynamic_loss_scale,
                                             loss_scale_factor=loss_scale_factor,
                                             loss_scale_window=loss_scale_window,

@@ -84,7 +84,7 @@ def build_gradient_update(network, optimizer, *, loss_scale=1.0, dynamic_loss_sc
     return GradientUpdate(optimizer, scaler, accumulation_step=accumulation_step, ema=ema)
 
 
-def create_train_step(network, loss_fn, optimizer, *, amp_level="O0", loss_scale=1.0,
+def create_train_step(network, loss_fn, optimizer, *, amp_level="O0", amp_dtype="float16", loss_scale=1.0,
                       dynamic_loss_scale=False, loss_scale_factor=2.0, loss_scale_window=1000,
                       accumulation_step=1, ema=None, device_target="CPU"):
     """Build the train-step cell for ``Model(train_step).train(epochs, dataset, callbacks)``.
@@ -96,6 +96,7 @@ def create_train_step(network, loss_fn, optimizer, *, amp_level="O0", loss_scale
             learning-rate schedule advances once per optimizer step, i.e. once every
             ``accumulation_step`` calls.
         amp_level: "O0".."O3"; on CPU always O0 (with a notice).
+        amp_dtype: "float16" or "bfloat16", the low-precision type of O1-O3.
         loss_scale: the fixed loss scale, or the initial dynamic one.
         dynamic_loss_scale: lower the scale on overflow, raise it after ``loss_scale_window``
             finite steps, by ``loss_scale_factor``.
@@ -113,7 +114,7 @@ def create_train_step(network, loss_fn, optimizer, *, amp_level="O0", loss_scale
     ``set_auto_parallel_context(parallel_mode=ParallelMode.DATA_PARALLEL)``; the gradients are
     then averaged over devices (whatever ``gradients_mean`` says) before the optimizer.
     """
-    network = prepare_amp(network, amp_level, device_target)
+    network = prepare_amp(network, amp_level, device_target, dtype=amp_dtype)
     update = build_gradient_update(network, optimizer, loss_scale=loss_scale,
                                    dynamic_loss_scale=dynamic_loss_scale,
                                    loss_scale_factor=loss_scale_factor,

@@ -128,13 +128,21 @@ def test_random_resized_crop_falls_back_to_center_crop_with_clamped_aspect():
 
 
 def test_train_transform_with_randaugment_and_random_erasing():
-    augment = pytest.importorskip("src.data.augment")
-    if not hasattr(augment, "rand_augment_transform") or not hasattr(augment, "RandomErasing"):
-        pytest.skip("src.data.augment not complete yet")
-    transform = create_train_transform(40, auto_augment="rand-m9-n2-mstd0.5-inc1", re_prob=1.0, re_count=2)
-    np.random.seed(0)
-    outs = [transform(_random_image(64, 64, seed)) for seed in range(4)]
-    assert all(o.shape == (3, 40, 40) and o.dtype == np.float32 for o in outs)
+    """Random erasing is the last step: same draws without it give the same image outside the erased boxes."""
+    erasing = create_train_transform(40, auto_augment="rand-m9-n2-mstd0.5-inc1", re_prob=1.0, re_mode="const",
+                                     re_count=2)
+    clean = create_train_transform(40, auto_augment="rand-m9-n2-mstd0.5-inc1")
+    for seed in range(4):
+        image = _random_image(64, 64, seed)
+        np.random.seed(seed)
+        out = erasing(image)
+        np.random.seed(seed)
+        expected = clean(image)
+        assert out.shape == (3, 40, 40) and out.dtype == np.float32
+        erased = (out == 0).all(axis=0) & (expected != 0).any(axis=0)  # const mode writes 0 on every channel
+        kept = (out == expected).all(axis=0)
+        assert (erased | kept).all()  # every pixel is either erased or untouched
+        assert 0.02 * 40 * 40 <= erased.sum() <= 1 / 3 * 40 * 40 + 2 * 8  # RandomErasing's default area range
 
 
 def test_train_transform_rejects_non_randaugment_policy():

@@ -5,12 +5,16 @@ import pytest
 from mindspore import ops
 
 from src.deploy.export import create_deploy_network
-from src.models import create_model
 from src.models.layers import GammaAct, ScaledStdConv2d, cpu_kernels
 from src.models.layers.activations import ScaledGELU
 from src.models.layers.rowwise import mul_rows
 
-pytestmark = pytest.mark.skipif(not cpu_kernels.available(), reason="fused CPU kernels not built (no g++)")
+from live_weights import live_nano
+
+
+@pytest.fixture(autouse=True)
+def _kernels_built(fused_kernels):
+    """Every test here needs the library (fails in CI without it, skips elsewhere)."""
 
 
 def test_fused_gelu_is_elementwise_on_any_shape_and_scales_the_incoming_gradient():
@@ -86,7 +90,7 @@ def test_build_without_compiler_names_it(tmp_path, monkeypatch):
 
 
 def test_exported_networks_use_no_fused_kernels():
-    net = create_model("dm_nfnet_nano", num_classes=10)
+    net = live_nano()  # random weights: every residual branch contributes
     assert any(isinstance(c, cpu_kernels.FusedScaledGELU) for _, c in net.cells_and_names())
     deployed = create_deploy_network(net, "MINDIR")
     kinds = {type(c) for _, c in deployed.cells_and_names()}
@@ -95,7 +99,10 @@ def test_exported_networks_use_no_fused_kernels():
                         cpu_kernels.FusedConv2dSame, cpu_kernels.FusedMulRows}
     x = ms.Tensor(np.random.default_rng(2).standard_normal((1, 3, 64, 64)).astype(np.float32))
     net.set_train(False)
-    np.testing.assert_allclose(deployed(x).asnumpy(), net(x).asnumpy(), rtol=0, atol=1e-4)
+    want = net(x).asnumpy()
+    relative = np.abs(deployed(x).asnumpy() - want).max() / np.abs(want).max()
+    print("deployed network against the fused one: relative max |delta logit|", relative)
+    assert relative < 2e-6, relative  # measured 2.6e-7
 
 
 def test_fused_mul_rows_matches_operator_form_and_its_gradient():

@@ -6,7 +6,9 @@ import torch
 
 from src.models import create_model
 
-TOLERANCE = 1e-4  # max |delta logit| / max |logit|
+# max |delta logit| / max |logit|; measured: F0 <= 8.3e-7 (192, 256, 97; both modes), nano <= 9.7e-7
+# (fused kernels and operator forms, both modes)
+TOLERANCE = 5e-6
 
 
 def max_rel_diff(ours, ref):
@@ -42,11 +44,14 @@ def test_dm_nfnet_f0_logits_match_timm(f0_reference, mode):
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.parametrize("kernels", ["fused_kernels", "operator_forms"])
 @pytest.mark.parametrize("mode", [ms.PYNATIVE_MODE, ms.GRAPH_MODE], ids=["pynative", "graph"])
-def test_dm_nfnet_nano_logits_match_timm_nfcfg(nano_reference, mode):
+def test_dm_nfnet_nano_logits_match_timm_nfcfg(nano_reference, mode, kernels, request):
+    """With the fused CPU kernels (the CPU default) and with the MindSpore-operator forms."""
+    request.getfixturevalue(kernels)
     model, ckpt = nano_reference
     diffs = _compare(model, ckpt, "dm_nfnet_nano", sizes=(64, 65, 96, 131), mode=mode, batch=3, num_classes=10)
-    print("dm_nfnet_nano relative max |delta logit|:", diffs)
+    print("dm_nfnet_nano", kernels, "relative max |delta logit|:", diffs)
     assert max(diffs.values()) <= TOLERANCE, diffs
 
 
@@ -76,4 +81,5 @@ def test_dm_nfnet_nano_gradients_match_timm_autograd(nano_reference, kernels, re
     worst = {p.name: max_rel_diff(g.asnumpy().reshape(ref[p.name].shape), ref[p.name])
              for p, g in zip(params, grads)}
     print(kernels, "largest relative gradient differences:", sorted(worst.items(), key=lambda kv: -kv[1])[:3])
-    assert max(worst.values()) <= 1e-4, worst  # measured: 2.0e-5 (fused), 1.6e-5 (operators)
+    # measured: 4.6e-6 (fused), 4.4e-6 (operators); 2.0e-5 with an earlier draw of the random weights
+    assert max(worst.values()) <= 5e-5, worst

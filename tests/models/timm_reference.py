@@ -2,6 +2,8 @@
 import numpy as np
 import pytest
 
+from live_weights import random_value
+
 torch = pytest.importorskip("torch")
 timm = pytest.importorskip("timm")
 
@@ -18,20 +20,11 @@ def timm_nano():
 
 
 def randomize_(model, seed=0):
-    """Give every tensor a random value so every residual branch and gain contributes."""
-    gen = torch.Generator().manual_seed(seed)
+    """Give every tensor a random value (live_weights.random_value) so every residual branch and gain contributes."""
+    rng = np.random.default_rng(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if name.endswith("skipinit_gain"):
-                p.copy_(torch.rand((), generator=gen) * 0.5 + 0.5)
-            elif name.endswith(".gain"):
-                p.copy_(torch.rand(p.shape, generator=gen) + 0.5)
-            elif name.endswith("bias"):
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.1)
-            else:
-                fan_in = p[0].numel()
-                # a non-zero mean exercises the centering of weight standardization
-                p.copy_((torch.randn(p.shape, generator=gen) + 0.1) / fan_in ** 0.5)
+            p.copy_(torch.from_numpy(random_value(name, p.shape, rng)))
     return model.eval()
 
 

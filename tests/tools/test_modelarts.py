@@ -124,6 +124,17 @@ def obs(tmp_path, digits_subset):
     return env, root
 
 
+def assert_same_tree(copy, original):
+    """Same relative file names and the same bytes in each file."""
+    def files(root):
+        return sorted(os.path.relpath(os.path.join(d, f), root) for d, _, names in os.walk(root) for f in names)
+
+    assert files(copy) == files(original) and files(original)
+    for name in files(original):
+        with open(os.path.join(copy, name), "rb") as a, open(os.path.join(original, name), "rb") as b:
+            assert a.read() == b.read(), name
+
+
 def run(script, *args, env=None, timeout=600):
     return subprocess.run([sys.executable, script, "--config", CONFIG, *map(str, args)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
@@ -143,16 +154,17 @@ def test_train_and_eval_copy_the_data_in_and_their_results_out(obs, tmp_path):
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert sorted(os.listdir(local / "train")) == [str(d) for d in range(10)]  # trained on the local copy
     uploaded = root / "bucket" / "train_out"
-    assert sorted(os.listdir(uploaded)) == sorted(os.listdir(out))
     assert {"config.yaml", "train.log", "metrics.csv", "dm_nfnet_nano-1_2.ckpt"} <= set(os.listdir(uploaded))
-    assert (uploaded / "train.log").read_text() == (out / "train.log").read_text()
+    assert_same_tree(uploaded, out)
 
     local_eval = tmp_path / "cache_eval" / "data"
     result = run("eval.py", *MODELARTS, "--data_path", local_eval, "--train_url", "obs://bucket/eval_out",
                  "--checkpoint", out / "dm_nfnet_nano-1_2.ckpt", "--output", tmp_path / "metrics.json",
                  "--batch_size", "8", "--num_parallel_workers", "1", "--device_target", "CPU", env=env)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
-    metrics = json.loads((root / "bucket" / "eval_out" / "metrics.json").read_text())
+    sent = (root / "bucket" / "eval_out" / "metrics.json").read_text()
+    assert sent == (tmp_path / "metrics.json").read_text()
+    metrics = json.loads(sent)
     assert metrics["count"] == 10 and metrics["data"] == str(local_eval / "val")
 
 
@@ -165,7 +177,7 @@ def test_a_run_that_fails_after_the_copy_still_sends_its_run_directory(obs, tmp_
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
     line = result.stderr.strip().splitlines()[-1]
     assert line.startswith("error: ") and str(local) in line  # checked after the copy, on the local copy
-    assert os.path.isdir(root / "bucket" / "out")
+    assert_same_tree(root / "bucket" / "out", tmp_path / "run")  # e.g. its train.log with that error
 
 
 @pytest.mark.skipif(importlib.util.find_spec("moxing") is not None, reason="moxing is installed here")

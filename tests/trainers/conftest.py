@@ -23,11 +23,11 @@ def tiny_net(seed=0, num_classes=5):
 
 
 def nano_net(seed=0, num_classes=10):
-    """dm_nfnet_nano without dropout or stochastic depth (deterministic), fixed init."""
-    from src.models import create_model
+    """dm_nfnet_nano without dropout or stochastic depth (deterministic), every parameter random
+    (tests/models/live_weights.py: skipinit gains non-zero, so the residual branches contribute)."""
+    from live_weights import live_nano
 
-    mindspore.set_seed(seed)
-    return create_model("dm_nfnet_nano", num_classes=num_classes, drop_rate=0.0, drop_path_rate=0.0)
+    return live_nano(seed, num_classes=num_classes, drop_rate=0.0, drop_path_rate=0.0)
 
 
 def images_and_labels(n, size=64, num_classes=10, seed=0):

@@ -125,19 +125,26 @@ def test_a_mean_reduced_loss_is_refused():
 
 @pytest.mark.timeout(200)
 def test_evaluate_restores_training_mode_and_runs_the_network_in_inference_mode():
+    """Dropout in training mode zeroes or doubles every logit (p 0.5, kept values scaled by 2), so the
+    loss of a network left in training mode differs from the inference-mode loss on every run."""
     class Probe(nn.Cell):
-        def __init__(self):
+        def __init__(self, table):
             super().__init__()
-            self.drop = nn.Dropout(p=0.9)
+            self.table = LogitTable(table)
+            self.drop = nn.Dropout(p=0.5)
 
         def construct(self, x):
-            return self.drop(ops.tile(x, (1, 3)) * 0.0 + Tensor([3.0, 2.0, 1.0]))
+            return self.drop(self.table(x))
 
-    probe = Probe()
+    logits, labels = make_logits(8, 3, seed=4)
+    logits += 0.5  # no zero logit: each one changes under dropout
+    probe = Probe(logits)
     probe.set_train(True)
-    labels = np.zeros(8, np.int32)
-    r = evaluate(probe, _dataset(labels, np.arange(8, dtype=np.int32), None, 8, with_valid=False))
-    assert r["top1"] == 1.0  # dropout (p 0.9) would have zeroed most logits in training mode
+    r = evaluate(probe, _dataset(labels, np.arange(8, dtype=np.int32), None, 8, with_valid=False),
+                 loss_fn=create_loss("ce", reduction="none"))
+    top1, _, loss = numpy_metrics(logits, labels, 3)
+    assert r["correct_top1"] == top1
+    assert abs(r["loss"] - loss) < 1e-5 * loss  # measured: relative 1e-7 order (float32 against float64)
     assert probe.training
 
 

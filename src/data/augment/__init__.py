@@ -1,13 +1,17 @@
-"""timm-compatible augmentations in NumPy and PIL: RandAugment, random erasing, Mixup/CutMix.
+"""Augmentations in NumPy and PIL: timm's RandAugment, random erasing and Mixup/CutMix, and
+DeepMind's NFNet RandAugment and Mixup/CutMix (deepmind_*.py).
 
 Randomness comes from NumPy's global state unless an ``rng`` is passed; see
 random_state.py for seeding and worker processes.
 """
+from .deepmind_mix import DeepMindMixupCutMix
+from .deepmind_rand_augment import DeepMindRandAugment
 from .mixup import Mixup, cutmix_bbox_and_lam, mixup_target, rand_bbox, rand_bbox_minmax
-from .rand_augment import INCREASING_OPS, STANDARD_OPS, AugmentOp, RandAugment, rand_augment_transform
+from .rand_augment import (INCREASING_OPS, STANDARD_OPS, AugmentOp, RandAugment, parse_rand_augment,
+                           rand_augment_transform)
 from .random_erasing import RandomErasing
 
 __all__ = [
-    "AugmentOp", "INCREASING_OPS", "Mixup", "RandAugment", "RandomErasing", "STANDARD_OPS",
-    "cutmix_bbox_and_lam", "mixup_target", "rand_augment_transform", "rand_bbox", "rand_bbox_minmax",
+    "AugmentOp", "DeepMindMixupCutMix", "DeepMindRandAugment", "INCREASING_OPS", "Mixup", "RandAugment", "RandomErasing", "STANDARD_OPS",
+    "cutmix_bbox_and_lam", "mixup_target", "parse_rand_augment", "rand_augment_transform", "rand_bbox", "rand_bbox_minmax",
 ]

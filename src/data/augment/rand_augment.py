@@ -225,6 +225,39 @@ def _parse_section(section):
         raise ValueError(f"bad value in RandAugment config section {section!r}") from None
 
 
+class RandAugmentSettings(NamedTuple):
+    """What a timm RandAugment string asks for (see rand_augment_transform for the keys)."""
+
+    magnitude: int = 10
+    num_layers: int = 2
+    prob: float = 0.5
+    magnitude_std: Optional[float] = None  # None: not in the string
+    magnitude_max: Optional[int] = None  # None: not in the string (timm clamps to 10)
+    increasing: bool = False
+
+    @property
+    def effective_magnitude(self):
+        """The magnitude the ops really use: timm clamps m to mmax, or to 10 without mmax."""
+        return min(self.magnitude, LEVEL_DENOM if self.magnitude_max is None else self.magnitude_max)
+
+
+def parse_rand_augment(config_str):
+    """Parse a timm RandAugment string such as ``rand-m15-n4-mstd0.5-inc1-mmax15`` into RandAugmentSettings."""
+    sections = config_str.split("-")
+    if sections[0] != "rand":
+        raise ValueError(f"RandAugment config must start with 'rand-', got {config_str!r}")
+    values = {}
+    for section in filter(None, sections[1:]):
+        key, value = _parse_section(section)
+        if key == "mstd":
+            value = float("inf") if value > 100 else value
+        values[{"m": "magnitude", "n": "num_layers", "p": "prob", "mstd": "magnitude_std",
+                "mmax": "magnitude_max", "inc": "increasing"}[key]] = value
+    if "increasing" in values:
+        values["increasing"] = bool(values["increasing"])
+    return RandAugmentSettings(**values)
+
+
 def rand_augment_transform(config_str, hparams=None, rng=None):
     """Build a RandAugment from a timm config string such as ``rand-m5-n4-mstd0.5-inc1``.
 
@@ -234,31 +267,20 @@ def rand_augment_transform(config_str, hparams=None, rng=None):
         p<float>: probability of each applied op (default 0.5).
         mstd<float>: std of Gaussian magnitude noise; above 100 means uniform
             sampling in [0, m] (default 0, no noise).
-        mmax<int>: clamp magnitudes to [0, mmax] instead of [0, 10].
+        mmax<int>: clamp magnitudes to [0, mmax] instead of [0, 10]. Without it a
+            magnitude above 10 acts as 10 (timm's behaviour): ``rand-m15`` needs ``-mmax15``.
         inc<0|1>: 1 selects INCREASING_OPS, 0 (the default) STANDARD_OPS.
     As in timm, magnitude_std / magnitude_max already present in ``hparams``
     take precedence over mstd / mmax in the string. ``hparams`` is not modified.
     See AugmentOp for the other hparams keys and ``rng``.
     """
-    sections = config_str.split("-")
-    if sections[0] != "rand":
-        raise ValueError(f"RandAugment config must start with 'rand-', got {config_str!r}")
+    settings = parse_rand_augment(config_str)
     hparams = dict(hparams or {})
-    magnitude, num_layers, prob, increasing = 10, 2, 0.5, False
-    for section in filter(None, sections[1:]):
-        key, value = _parse_section(section)
-        if key == "m":
-            magnitude = value
-        elif key == "n":
-            num_layers = value
-        elif key == "p":
-            prob = value
-        elif key == "inc":
-            increasing = bool(value)
-        elif key == "mstd":
-            hparams.setdefault("magnitude_std", float("inf") if value > 100 else value)
-        else:  # mmax
-            hparams.setdefault("magnitude_max", value)
-    names = INCREASING_OPS if increasing else STANDARD_OPS
-    ops = [AugmentOp(name, prob=prob, magnitude=magnitude, hparams=hparams, rng=rng) for name in names]
-    return RandAugment(ops, num_layers, rng=rng)
+    if settings.magnitude_std is not None:
+        hparams.setdefault("magnitude_std", settings.magnitude_std)
+    if settings.magnitude_max is not None:
+        hparams.setdefault("magnitude_max", settings.magnitude_max)
+    names = INCREASING_OPS if settings.increasing else STANDARD_OPS
+    ops = [AugmentOp(name, prob=settings.prob, magnitude=settings.magnitude, hparams=hparams, rng=rng)
+           for name in names]
+    return RandAugment(ops, settings.num_layers, rng=rng)

@@ -11,6 +11,27 @@ from .conv2d_same import Conv2dSameMatmul, conv2d_same, default_conv_impl
 from .rowwise import mul_rows, rowwise
 
 
+class WeightStandardization(nn.Cell):
+    """(weight, gain) -> standardized weight in float32, from MindSpore operators.
+
+    A cell of its own so that mixed precision can keep it in float32 (trainers/amp.py): inside
+    a float16 cell MindSpore casts the inputs of every operator to float16, so casting the
+    weight to float32 within ScaledStdConv2d.construct would be undone by the next operator.
+    """
+
+    def __init__(self, scale, eps):
+        super().__init__()
+        self.scale = scale
+        self.eps = eps
+
+    def construct(self, weight, gain):
+        w = rowwise(weight.astype(ms.float32))  # (out, in*k*k): see rowwise.py
+        centered = w - ops.broadcast_to(ops.mean(w, 1, keep_dims=True), w.shape)
+        var = ops.mean(centered * centered, 1, keep_dims=True)
+        scale = gain.astype(ms.float32).reshape(-1, 1) * self.scale
+        return mul_rows(centered, ops.rsqrt(var + self.eps) * scale).reshape(weight.shape)
+
+
 class ScaledStdConv2d(nn.Cell):
     """Conv2d whose weight is standardized per output channel on every call:
 
@@ -53,16 +74,13 @@ class ScaledStdConv2d(nn.Cell):
         # on CPU one fused kernel for the standardization and one for its gradient (cpu_kernels.py)
         self.fused_standardization = cpu_kernels.FusedWeightStandardization(self.scale, eps) \
             if cpu_kernels.available() else None
+        self.operator_standardization = WeightStandardization(self.scale, eps)
 
     def standardized_weight(self):
         """The weight the convolution actually uses (float32, whatever the AMP level)."""
         if self.fused_standardization is not None:  # CPU: float32 throughout
             return self.fused_standardization(self.weight, self.gain)
-        w = rowwise(self.weight.astype(ms.float32))  # (out, in*k*k): see rowwise.py
-        centered = w - ops.broadcast_to(ops.mean(w, 1, keep_dims=True), w.shape)
-        var = ops.mean(centered * centered, 1, keep_dims=True)
-        scale = self.gain.astype(ms.float32).reshape(-1, 1) * self.scale
-        return mul_rows(centered, ops.rsqrt(var + self.eps) * scale).reshape(self.weight.shape)
+        return self.operator_standardization(self.weight, self.gain)
 
     def construct(self, x):
         w = self.standardized_weight().astype(x.dtype)
