@@ -97,7 +97,7 @@ def _list_images(class_dir, seen, skipped):
 
 def describe_skipped(split_dir, skipped, limit=5):
     """One line: how many entries of a split were skipped, by reason, and the first few paths."""
-    reasons = collections.Counter(reason.split(" (")[0] for _, reason in skipped)
+    reasons = collections.Counter(reason.split(" (")[0].split(" as ")[0] for _, reason in skipped)
     counts = ", ".join(f"{n} {reason}" for reason, n in sorted(reasons.items()))
     shown = "; ".join(f"{path}: {reason}" for path, reason in skipped[:limit])
     more = f"; ... ({len(skipped) - limit} more)" if len(skipped) > limit else ""

@@ -55,7 +55,7 @@ def test_every_image_is_listed_once_and_every_other_entry_is_skipped_and_named(o
     check_dataset_layout(str(odd_split), "train", "val", num_classes=10, warn=lines.append)
     assert len(lines) == 1 and lines[0].startswith(
         f"{odd_split / 'val'}: skipped 5 entries (2 a link to a folder listed already, 1 broken link, "
-        "1 not an image, 1 the same file as ")
+        "1 not an image, 1 the same file): ")
     for name in ("0/again", "0/broken.png", "0/duplicate.png", "0/notes.txt", "1/linked_class"):
         assert str(odd_split / "val" / name) in lines[0]
 
