@@ -44,7 +44,8 @@ def main(argv=None):
     from src.tools.checkpointing import describe_kept, write_errors_reported
     from src.tools.preemption import StopRequest
 
-    with data_and_results(cfg, ctx, output_dir, check_inputs), StopRequest() as stop_request, \
+    deadline = 2 * cfg.cluster_timeout + 60 if ctx.distributed else None
+    with data_and_results(cfg, ctx, output_dir, check_inputs), StopRequest(deadline) as stop_request, \
             write_errors_reported(lambda: describe_kept(output_dir)):
         return train(cfg, ctx, output_dir, stop_request)
 

@@ -202,7 +202,9 @@ def _local_rank(rank):
 
 # What MindSpore raises in a rank whose collective kernel failed, e.g. "Launch kernel failed:
 # Default/update-GradientUpdate/grad_reducer-DistributedGradReducer/AllReduce-op0".
-_COLLECTIVE_FAILURE = re.compile(r"Launch kernel failed: \S*?(AllReduce|AllGather|ReduceScatter|Broadcast)")
+# The per-step agreement of StopOnSignal is an eager all_reduce, whose failure names the operator otherwise.
+_COLLECTIVE_FAILURE = re.compile(r"Launch kernel failed: \S*?(AllReduce|AllGather|ReduceScatter|Broadcast)|"
+                                 r"\b(AllReduce|AllGather|Broadcast)\b[^\n]*\b(?:fail|time)", re.I)
 
 
 @contextlib.contextmanager
@@ -222,6 +224,6 @@ def lost_rank_ends_process(cluster_timeout):
         from mindspore.communication import get_rank
 
         sys.stdout.flush()
-        print(f"error: rank {get_rank()}: {found[1]} failed: another rank stopped or did not answer within "
+        print(f"error: rank {get_rank()}: {found[1] or found[2]} failed: another rank stopped or did not answer within "
               f"cluster_timeout ({cluster_timeout} s); stopping this rank too", file=sys.stderr, flush=True)
         os._exit(1)  # a normal exit would wait in MindSpore's shutdown for the lost rank

@@ -12,6 +12,7 @@ Python runs a signal handler only between bytecodes of the main thread, i.e. whe
 kernels have returned; the handler itself only records the signal.
 """
 import ctypes
+import faulthandler
 import os
 import signal
 import sys
@@ -30,12 +31,18 @@ def exit_status(signum):
 class StopRequest:
     """Records the first SIGTERM / SIGINT while installed (a context manager).
 
+    Args:
+        deadline: seconds after the signal at which the process ends whatever it is doing
+            (faulthandler's watchdog thread, which needs no Python): for distributed runs, where
+            a lost peer can hold the last step in a collective. None: no deadline.
+
     Attributes:
         signum: the signal received first, or None.
     """
 
-    def __init__(self):
+    def __init__(self, deadline=None):
         self.signum = None
+        self.deadline = deadline
         self._previous = {}
 
     @property
@@ -48,6 +55,8 @@ class StopRequest:
         self.signum = signum
         if signum == signal.SIGINT:
             signal.signal(signal.SIGINT, signal.SIG_DFL)  # a second Ctrl-C ends the process at once
+        if self.deadline:  # a stop that hangs (a peer lost mid-collective) ends after it, from a C thread
+            faulthandler.dump_traceback_later(self.deadline, exit=True)
         print(f"{signal.Signals(signum).name} received: finishing the current step, then writing a checkpoint "
               "(press Ctrl-C again to stop at once, without one)", flush=True)
 
