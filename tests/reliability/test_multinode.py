@@ -131,16 +131,17 @@ def test_a_killed_node_takes_its_worker_along_and_the_other_node_stops_within_th
 
 @pytest.mark.timeout(1800)
 def test_a_preempted_two_node_job_resumes_without_a_shared_filesystem_like_one_process(data, one_process, tmp_path):
-    """Provokes: SIGTERM to node 0's launcher at a seeded step of epoch 2 (run dir per node), then both nodes
+    """Provokes: SIGTERM to node 0's launcher at a seeded step of epoch 1 (run dir per node), then both nodes
     started again with --resume auto. Node 1 never sees rank 0's checkpoint: it gets the state from rank 0."""
     dirs = [tmp_path / "node0" / "job", tmp_path / "node1" / "job"]
     args = ["--data_path", data, "--batch_size", "4", "--epochs", "2", *COMMON]
-    step = fault_rng("SIGTERM to node 0").randint(1, 3)
+    step = fault_rng("SIGTERM to node 0").randint(1, 2)
     port = free_port()
     nodes = [start_node(0, dirs[0], port, *args), start_node(1, dirs[1], port, *args)]
     log = dirs[0] / "output" / "train.log"
     deadline = time.monotonic() + 900
-    while not (log.exists() and f"epoch 2/2 step {step}/5 " in read_text(log)):
+    # early in epoch 1: the signal reaches the workers a step or two later (the launcher polls every second)
+    while not (log.exists() and f"epoch 1/2 step {step}/5 " in read_text(log)):
         assert all(n.poll() is None for n in nodes) and time.monotonic() < deadline, "job did not train"
         time.sleep(0.2)
     nodes[0].send_signal(signal.SIGTERM)
@@ -154,7 +155,7 @@ def test_a_preempted_two_node_job_resumes_without_a_shared_filesystem_like_one_p
     for proc in nodes:
         _, stderr = proc.communicate(timeout=1100)
         assert proc.returncode == 0, stderr[-3000:]
-    assert "resumed from rank 0's checkpoint: epoch 1, " in read_text(dirs[1] / "output" / "train_rank1.log")
+    assert "resumed from rank 0's checkpoint: epoch " in read_text(dirs[1] / "output" / "train_rank1.log")
     two = checkpoint_values(dirs[0] / "output" / FINAL)
     floats = [k for k in two if two[k].dtype.kind == "f" and not k.startswith("learning_rate")]
     assert max(float(np.abs(two[k] - one_process[k]).max()) for k in floats) < 2e-6
