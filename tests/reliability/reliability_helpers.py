@@ -120,3 +120,11 @@ def start_logged(script, *args, config=CONFIG, env=None):
 def snapshot(directory):
     """name -> (size, mtime_ns) of every entry of a directory: to show that nothing was rewritten."""
     return {e.name: (e.stat().st_size, e.stat().st_mtime_ns) for e in os.scandir(directory)}
+
+
+def cluster_timeout_of(args, config=CONFIG):
+    """The cluster_timeout a run with these command-line arguments resolves (the one timeout of launcher and
+    train.py): timing checks are orderings bounded by it, not wall-clock constants."""
+    from src.config import parse_cli
+
+    return parse_cli(["--config", str(config), *map(str, args)])[1].cluster_timeout

@@ -15,7 +15,8 @@ import numpy as np
 import psutil
 import pytest
 
-from reliability_helpers import CONFIG, ROOT, checkpoint_values, fault_rng, read_text, succeeded, entry
+from reliability_helpers import (CONFIG, ROOT, checkpoint_values, cluster_timeout_of, entry, fault_rng, read_text,
+                                 succeeded)
 
 pytestmark = pytest.mark.slow
 LAUNCHER = os.path.join(ROOT, "scripts", "run_distribute_train_msrun.sh")
@@ -92,10 +93,8 @@ def workers_of(launcher):
 @pytest.mark.timeout(1200)
 def test_a_killed_node_takes_its_worker_along_and_the_other_node_stops_within_the_timeout(data, tmp_path):
     """Provokes: kill -9 of node 1's launcher at a seeded step of a long 2-node job with cluster_timeout 30."""
-    from src.config import load_config
-
     args = ["--data_path", data, "--batch_size", "4", "--epochs", "30", *COMMON, "--cluster_timeout", "30"]
-    timeout = load_config(CONFIG, {"cluster_timeout": 30}).cluster_timeout  # what both launchers resolve
+    timeout = cluster_timeout_of(args)  # what both launchers resolve
     port = free_port()
     node0 = start_node(0, tmp_path / "node0", port, *args)
     node1 = start_node(1, tmp_path / "node1", port, *args)
