@@ -1,5 +1,5 @@
-"""Case 1, kill -9 during training: at a seeded random step (printed), then inside a checkpoint write. `--resume auto` continues
-from the last complete checkpoint, never a partial one, and the result follows the uninterrupted run (weights,
+"""Case 1, kill -9 during training: at a seeded random step (printed), then inside a checkpoint write. `--resume auto`
+continues from the last complete checkpoint, never a partial one, and the result follows the uninterrupted run (weights,
 optimizer state, EMA, step counters within 1e-6 relative; the same lr); metrics.csv and train.log are appended to.
 The atomic write itself (a writer killed mid-save) is tested in tests/tools/test_checkpointing.py."""
 import os
@@ -9,6 +9,7 @@ import pytest
 
 from reliability_helpers import (PAUSE_IN_WRITE, TINY, assert_same_training_state, checkpoint_values, entry, fault_rng,
                                  kill9, read_metrics, read_text, start_entry, succeeded, wait_until)
+
 FINAL = "dm_nfnet_nano-2_14.ckpt"  # 2 epochs of 7 steps
 
 
