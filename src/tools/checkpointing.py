@@ -341,8 +341,9 @@ def check_resume(meta, path, settings, log_fn=print):
     Raises CheckpointError, one line naming the setting and both values, when a setting that
     decides the step count or the schedule differs (batch_size, device_num, accumulation_step,
     steps_per_epoch) or `epochs` is below the epoch reached; returns "finished" when the
-    checkpoint already holds the whole run (epochs reached, no epoch in progress); logs a longer `epochs` as a changed schedule and returns "continue". Checkpoints written
-    before these entries existed are only checked for the epoch.
+    checkpoint already holds the whole run (epochs reached, no epoch in progress); logs a
+    longer `epochs` as a changed schedule and returns "continue". Checkpoints written before
+    these entries existed are only checked for the epoch.
     """
     done, in_epoch = int(meta.get(EPOCH_KEY, 0)), int(meta.get(EPOCH_STEP_KEY, 0) or 0)
     reached = done + (1 if in_epoch else 0)

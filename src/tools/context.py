@@ -157,8 +157,8 @@ def init_context(device_target="CPU", device_id=0, mode="graph", seed=0, determi
     optimizer (and AGC inside it) sees the mean gradient over all devices.
 
     `cluster_timeout` (seconds) becomes MindSpore's MS_NODE_TIMEOUT for msrun / dynamic-cluster
-    launches (scripts/run_distribute_train_msrun.sh gives msrun the same value). Measured on CPU under MindSpore 2.10: it
-    bounds both how long a rank waits in an all-reduce for a rank that is late (MindSpore's
+    launches (scripts/run_distribute_train_msrun.sh gives msrun the same value). Measured on CPU
+    under MindSpore 2.10: it bounds both how long a rank waits in an all-reduce for a rank that is late (MindSpore's
     default of about 30 s stopped a job whose rank 0 paused 45 s) and how long the survivors
     of a dead rank run on before MindSpore stops them (SIGTERM after the timeout).
     """

@@ -16,10 +16,14 @@ from reliability_helpers import (PAUSE_IN_WRITE, TINY, assert_same_training_stat
 FINAL = "dm_nfnet_nano-2_14.ckpt"  # 2 epochs of 7 steps
 
 
+def logged(out, text, proc):
+    """Wait until train.log in `out` holds `text` while `proc` runs."""
+    wait_until(lambda: os.path.exists(out / "train.log") and text in read_text(out / "train.log"), proc)
+
+
 def stop_at(out, proc, step, signum):
     """Send `signum` once the log shows epoch 2 step `step`; the step the run stopped after (step or step + 1)."""
-    wait_until(lambda: os.path.exists(out / "train.log") and f"epoch 2/2 step {step}/7 " in read_text(out / "train.log"),
-               proc)
+    logged(out, f"epoch 2/2 step {step}/7 ", proc)
     proc.send_signal(signum)
     proc.communicate(timeout=600)
     return int(read_text(out / "train.log").split("after epoch 2 step ")[1].split("/")[0])
@@ -114,8 +118,7 @@ def test_first_ctrl_c_checkpoints_and_a_second_one_stops_at_once(tiny_digits, tm
     args = ["--data_path", tiny_digits, "--output_dir", out, *TINY]
     step = fault_rng("SIGINT").randint(1, 5)
     proc = start_logged(PAUSE_IN_WRITE, *args, env={"PAUSE_IN_WRITE_OF": "dm_nfnet_nano-2_"})
-    wait_until(lambda: os.path.exists(out / "train.log") and f"epoch 2/2 step {step}/7 " in read_text(out / "train.log"),
-               proc)
+    logged(out, f"epoch 2/2 step {step}/7 ", proc)
     proc.send_signal(signal.SIGINT)
     while not (said := proc.stdout.readline()).startswith("writing ") and said:
         pass
