@@ -30,10 +30,9 @@ def main(argv=None):
     from src.tools.run_dir import check_output_dir
 
     check_output_dir(cfg.output_dir, cfg.overwrite_output, cfg.resume is not None)
-    from src.tools.context import launched_distributed
     from src.tools.preemption import end_with_parent
 
-    if launched_distributed():
+    if os.environ.get("MS_ROLE"):  # msrun's processes (msrun waits for them; other launchers may not)
         end_with_parent()  # a killed launcher takes its workers with it
     from src.tools.checkpointing import prepare_output_dir
 
