@@ -4,12 +4,16 @@ Preemptible clusters (Slurm, Kubernetes, ModelArts) send SIGTERM and kill the jo
 grace period. `StopRequest` records the first SIGTERM or SIGINT (Ctrl-C); training finishes
 the step in progress, writes a mid-epoch checkpoint (src.tools.callbacks.StopOnSignal) and
 exits with 128 + the signal number (143 for SIGTERM, 130 for Ctrl-C), what shells and
-schedulers report for a job ended by that signal. A second Ctrl-C ends the process at once
-(the default action, even inside a long kernel). Further SIGTERMs are ignored: the stop is
-already under way.
+schedulers report for a job ended by that signal. A second Ctrl-C (or a second signal of
+either kind) ends the process at once: SIGINT gets its default action, which the kernel
+carries out even inside a long kernel.
 
 Python runs a signal handler only between bytecodes of the main thread, i.e. when the step's
-kernels have returned; the handler itself only records the signal.
+kernels have returned; the handler itself only records the signal (the second one exits).
+Measured with MindSpore 2.10: once the data pipeline runs, a SIGINT can reach Python as SIGTERM
+(MindSpore's dataset engine registers C-level SIGINT/SIGTERM handlers, mindspore::dataset::
+SIGINTHandler), so a Ctrl-C may stop the run with status 143; the second Ctrl-C then arrives as
+SIGTERM too and ends the process through the handler, i.e. once the current kernel returns.
 """
 import ctypes
 import faulthandler
@@ -50,8 +54,8 @@ class StopRequest:
         return signal.Signals(self.signum).name if self.signum else None
 
     def _handle(self, signum, _frame):
-        if self.signum is not None:
-            return
+        if self.signum is not None:  # the second signal: stop now
+            os._exit(exit_status(signum))
         self.signum = signum
         if signum == signal.SIGINT:
             signal.signal(signal.SIGINT, signal.SIG_DFL)  # a second Ctrl-C ends the process at once
