@@ -11,7 +11,11 @@ train_url at the end (src/tools/modelarts.py).
 import json
 import os
 
-from src.config import UserError, parse_cli, run_cli
+from src.config import UserError, group_keys, parse_cli, run_cli
+
+USED_KEYS = ("arch", "num_classes", "depths", "pretrained",  # the config keys --help lists
+             *(key for key in group_keys("data") if key not in ("train_split", "input_size")),
+             "batch_size", "use_ema", "strict_data", *group_keys("distributed", "system"))
 
 
 def add_eval_args(parser):
@@ -21,7 +25,8 @@ def add_eval_args(parser):
 
 
 def main(argv=None):
-    args, cfg = parse_cli(argv, description="Evaluate an NFNet checkpoint.", add_script_args=add_eval_args)
+    args, cfg = parse_cli(argv, description="Evaluate an NFNet checkpoint.", add_script_args=add_eval_args,
+                          shown_keys=USED_KEYS)
     checkpoint = args.checkpoint or cfg.pretrained
     if not checkpoint:
         raise UserError("no checkpoint to evaluate: give --checkpoint PATH")
@@ -52,6 +57,7 @@ def evaluate_checkpoint(cfg, ctx, checkpoint, output):
     """Score `checkpoint` on the val split (sharded by rank); rank 0 prints and writes the metrics to `output`."""
     from src.builders import build_eval_dataset, build_network
     from src.data.dataset import read_bad_file_log, reported_data_errors
+    from src.deploy.progress import ProgressBar
     from src.models import checkpoint_has_prefix
     from src.tools.criterion import create_loss
     from src.trainers import evaluate
@@ -65,8 +71,14 @@ def evaluate_checkpoint(cfg, ctx, checkpoint, output):
     if ctx.is_main and os.path.exists(bad_file_log):
         os.remove(bad_file_log)
     dataset = build_eval_dataset(cfg, ctx, bad_file_log)
+    bar = None
+    if ctx.is_main:  # images of this rank; the last batch may be partial, finish() gives the true count
+        bar = ProgressBar(dataset.get_dataset_size() * dataset.get_batch_size(), "eval", unit="img")
     with reported_data_errors():
-        metrics = evaluate(network, dataset, loss_fn=create_loss(reduction="none"), distributed=ctx.distributed)
+        metrics = evaluate(network, dataset, loss_fn=create_loss(reduction="none"), distributed=ctx.distributed,
+                           progress=bar.update if bar else None)
+    if bar:
+        bar.finish()
     unreadable = len(read_bad_file_log(bad_file_log))
     result = {"arch": cfg.arch, "checkpoint": os.path.abspath(checkpoint), "weights": "ema" if use_ema else "raw",
               "data": os.path.abspath(os.path.join(cfg.data_path, cfg.val_split)),

@@ -14,7 +14,10 @@ backend only. --dynamic_batch gives an ONNX model a free batch axis.
 """
 import sys
 
-from src.config import parse_cli, run_cli
+from src.config import group_keys, parse_cli, run_cli
+
+USED_KEYS = ("arch", "num_classes", "depths", "pretrained", "test_input_size", "use_ema",  # listed by --help
+             *group_keys("export"), "device_target", "device_id")
 
 
 def add_script_args(parser):
@@ -34,7 +37,7 @@ def main(argv=None):
 
     argv = alias_flag(sys.argv[1:] if argv is None else argv, "--batch_size", "--export_batch_size")
     args, cfg = parse_cli(argv, description="Export NFNet as MINDIR, ONNX or AIR.",
-                          add_script_args=add_script_args)
+                          add_script_args=add_script_args, shown_keys=USED_KEYS)
     checkpoint = resolve_checkpoint(args.checkpoint, cfg.pretrained)
 
     from src.deploy.export import run_export

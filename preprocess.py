@@ -14,6 +14,9 @@ import sys
 
 from src.config import parse_cli, run_cli
 
+USED_KEYS = ("data_path", "data_url", "val_split", "test_input_size", "eval_crop_mode", "crop_pct",  # --help
+             "interpolation", "export_batch_size", "strict_data")
+
 
 def add_script_args(parser):
     parser.add_argument("--output_path", metavar="DIR", required=True,
@@ -26,7 +29,7 @@ def main(argv=None):
 
     argv = alias_flag(sys.argv[1:] if argv is None else argv, "--batch_size", "--export_batch_size")
     args, cfg = parse_cli(argv, description="Eval-transform a validation folder into .bin tensors.",
-                          add_script_args=add_script_args)
+                          add_script_args=add_script_args, shown_keys=USED_KEYS)
 
     from src.builders import build_eval_transform
     from src.deploy.preprocess import preprocess_folder, resolve_split_dir

@@ -17,11 +17,14 @@ that --resume auto continues from (src/tools/preemption.py).
 import os
 import time
 
-from src.config import UserError, parse_cli, run_cli, save_config
+from src.config import SCHEMA, UserError, group_keys, parse_cli, run_cli, save_config
+
+USED_KEYS = tuple(key for key in SCHEMA if key not in group_keys("export"))  # listed by --help
 
 
 def main(argv=None):
-    _, cfg = parse_cli(argv, description="Train an NFNet (YAML config, --key value overrides).")
+    _, cfg = parse_cli(argv, description="Train an NFNet (YAML config, --key value overrides).",
+                       shown_keys=USED_KEYS)
     from src.tools.context import fit_to_machine, init_context
     from src.tools.modelarts import check_before_init, data_and_results
 
@@ -94,6 +97,7 @@ def train(cfg, ctx, output_dir, stop_request=None):
     from src import builders
     from src.tools.checkpointing import CheckpointManager, check_resume, load_training_state
     from src.tools.criterion import create_loss
+    from src.tools.framework_warnings import divert_framework_warnings
     from src.tools.logger import RunLogger
     from src.tools.preemption import exit_status
 
@@ -107,6 +111,7 @@ def train(cfg, ctx, output_dir, stop_request=None):
             print(f"nothing to do: the run is finished, {resume_path} holds epoch {cfg.epochs} of {cfg.epochs} "
                   "(raise --epochs to train further)", flush=True)
         return 0
+    divert_framework_warnings(log.to_file)  # MindSpore's own warnings: in the log, not on the console
     start_epoch, skip_steps = int(meta.get("epoch_num", 0)), int(meta.get("epoch_step", 0) or 0)
     if ctx.is_main:
         save_config(cfg, os.path.join(output_dir, "config.yaml"))

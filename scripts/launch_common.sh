@@ -47,13 +47,12 @@ make_run_dir() {  # make_run_dir <kind>: sets RUN_DIR (absolute) and creates RUN
   echo "run directory: $RUN_DIR"
 }
 
-run_logged() {  # run_logged <log> <command...>: run with output to <log>; on failure show its tail
+run_logged() {  # run_logged <log> <command...>: run with its output on the console and in <log>
   local log="$1" status=0
   shift
   echo "log: $log"
-  "$@" > "$log" 2>&1 || status=$?
+  "$@" 2>&1 | tee "$log" || status=${PIPESTATUS[0]}
   if [ "$status" -ne 0 ]; then
-    tail -n 20 "$log" >&2
     echo "error: exit status $status, see $log" >&2
     exit "$status"
   fi

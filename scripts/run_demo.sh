@@ -8,8 +8,12 @@
 #
 #   bash scripts/run_demo.sh [OUTPUT_DIR(optional, default outputs/demo)]
 #
-# Extra train.py options can be passed in TRAIN_ARGS, e.g. TRAIN_ARGS="--epochs 2".
+# Environment: TRAIN_ARGS passes extra train.py options, e.g. TRAIN_ARGS="--epochs 2"; PYTHON
+# selects the interpreter (default: the repository's .venv).
 set -euo pipefail
+# shellcheck source=scripts/script_help.sh
+source "$(dirname "${BASH_SOURCE[0]}")/script_help.sh"
+show_help_if_asked "${BASH_SOURCE[0]}" "$@"
 
 if [ $# -gt 1 ]; then
   echo "Usage: bash $0 [OUTPUT_DIR(optional)]" >&2

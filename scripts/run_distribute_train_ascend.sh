@@ -11,6 +11,9 @@
 # Writes RUN_DIR/logs/train_rank<r>.log (one per process) and RUN_DIR/output (train.py's run
 # directory); RUN_DIR defaults to ./runs/train_ascend_<n>p-<date>-<time> (see launch_common.sh).
 set -euo pipefail
+# shellcheck source=scripts/script_help.sh
+source "$(dirname "${BASH_SOURCE[0]}")/script_help.sh"
+show_help_if_asked "${BASH_SOURCE[0]}" "$@"
 
 usage() {
   echo "Usage: bash $0 [RANK_TABLE_FILE] [CONFIG_PATH] [--key value ...]" >&2

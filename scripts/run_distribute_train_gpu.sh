@@ -10,6 +10,9 @@
 # Writes RUN_DIR/logs/mpirun.log (the launcher), RUN_DIR/logs/mpirun/ (one log per rank) and
 # RUN_DIR/output (train.py's run directory); RUN_DIR defaults to ./runs/train_gpu_<n>p-<date>-<time>.
 set -euo pipefail
+# shellcheck source=scripts/script_help.sh
+source "$(dirname "${BASH_SOURCE[0]}")/script_help.sh"
+show_help_if_asked "${BASH_SOURCE[0]}" "$@"
 
 usage() {
   echo "Usage: bash $0 [DEVICE_NUM] [CONFIG_PATH] [--key value ...]" >&2

@@ -36,6 +36,9 @@
 # and RUN_DIR/output (train.py's run directory: rank 0's files, train_rank<r>.log of the others);
 # RUN_DIR defaults to ./runs/train_msrun_<n>p-<JOB_ID or date-time> (see scripts/launch_common.sh).
 set -euo pipefail
+# shellcheck source=scripts/script_help.sh
+source "$(dirname "${BASH_SOURCE[0]}")/script_help.sh"
+show_help_if_asked "${BASH_SOURCE[0]}" "$@"
 
 usage() {
   echo "Usage: bash $0 [WORKER_NUM] [CONFIG_PATH] [--key value ...]" >&2

@@ -7,6 +7,9 @@
 # Writes RUN_DIR/logs/eval.log (the console) and RUN_DIR/eval.json (the metrics);
 # RUN_DIR defaults to ./runs/eval_cpu-<date>-<time> (see scripts/launch_common.sh).
 set -euo pipefail
+# shellcheck source=scripts/script_help.sh
+source "$(dirname "${BASH_SOURCE[0]}")/script_help.sh"
+show_help_if_asked "${BASH_SOURCE[0]}" "$@"
 
 usage() {
   echo "Usage: bash $0 [CONFIG_PATH] [CHECKPOINT_PATH] [--key value ...]" >&2

@@ -21,6 +21,9 @@
 # acc.json. INFER_APP=<built app> skips the build (build.sh finds MindSpore Lite through LITE_HOME
 # or MINDSPORE_PATH); PYTHON selects the interpreter (default: the repository's .venv, else python3).
 set -euo pipefail
+# shellcheck source=scripts/script_help.sh
+source "$(dirname "${BASH_SOURCE[0]}")/script_help.sh"
+show_help_if_asked "${BASH_SOURCE[0]}" "$@"
 
 INFER_OPTIONS="device_type precision_mode"
 DEVICE_TYPE="${DEVICE_TYPE:-Ascend}"

@@ -13,6 +13,9 @@
 # preprocess_Result/, result_Files/, time_Result/, acc.log, acc.json. PYTHON selects the
 # interpreter (default: the repository's .venv, else python3).
 set -euo pipefail
+# shellcheck source=scripts/script_help.sh
+source "$(dirname "${BASH_SOURCE[0]}")/script_help.sh"
+show_help_if_asked "${BASH_SOURCE[0]}" "$@"
 
 # shellcheck source=scripts/infer_common.sh
 source "$(dirname "${BASH_SOURCE[0]}")/infer_common.sh"

@@ -15,6 +15,9 @@
 # preprocess_Result/, result_Files/, time_Result/, acc.log, acc.json. PYTHON selects the
 # interpreter (default: the repository's .venv, else python3).
 set -euo pipefail
+# shellcheck source=scripts/script_help.sh
+source "$(dirname "${BASH_SOURCE[0]}")/script_help.sh"
+show_help_if_asked "${BASH_SOURCE[0]}" "$@"
 
 MODEL_LABEL=ONNX_PATH
 # shellcheck source=scripts/infer_common.sh

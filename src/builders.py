@@ -181,5 +181,6 @@ def build_callbacks(cfg, ctx, log, output_dir, manager, train_cell, eval_fn, mic
     callbacks.append(CheckpointCallback(manager, cfg.save_every_epochs, train_cell=train_cell,
                                         total_epochs=cfg.epochs, log_fn=log))
     callbacks.append(MetricsCSV(os.path.join(output_dir, "metrics.csv"), os.path.join(output_dir, "curves.png"),
-                                append=resumed, is_main=ctx.is_main, log_fn=log))
+                                append=resumed, is_main=ctx.is_main, log_fn=log,
+                                steps_path=os.path.join(output_dir, "metrics_steps.csv")))
     return callbacks

@@ -621,14 +621,17 @@ class _ArgumentParser(argparse.ArgumentParser):
 _DEST = "config_key:"  # namespace prefix that keeps config keys apart from script flags
 
 
-def build_parser(description, add_script_args=None):
+def build_parser(description, add_script_args=None, shown_keys=None):
     """An ArgumentParser with --config, the caller's own flags and --<key> for every config key.
 
     `add_script_args(parser)` adds the script's flags (e.g. eval.py's --checkpoint); they
     must not reuse a config key's name. Config flags are left as raw strings here;
-    `parse_cli` converts and checks them.
+    `parse_cli` converts and checks them. With `shown_keys`, --help lists only those keys
+    (the ones the script uses); the others are still accepted, e.g. from a launcher.
     """
-    parser = _ArgumentParser(description=description, allow_abbrev=False)
+    epilog = None if shown_keys is None else \
+        "Only the settings this script uses are listed; any other config key is accepted and ignored."
+    parser = _ArgumentParser(description=description, allow_abbrev=False, epilog=epilog)
     parser.add_argument("--config", metavar="PATH",
                         help="YAML file with the run's settings; the flags below override it")
     if add_script_args is not None:
@@ -637,19 +640,21 @@ def build_parser(description, add_script_args=None):
         group = parser.add_argument_group(f"config: {group_name}")
         for f in fields:
             extra = dict(nargs="?", const="true") if f.type is bool else {}
+            shown = shown_keys is None or f.name in shown_keys
             group.add_argument(f"--{f.name}", dest=_DEST + f.name, default=argparse.SUPPRESS,
-                               metavar=_metavar(f), help=_flag_help(f), **extra)
+                               metavar=_metavar(f), help=_flag_help(f) if shown else argparse.SUPPRESS, **extra)
     return parser
 
 
-def parse_cli(argv=None, description="", add_script_args=None):
+def parse_cli(argv=None, description="", add_script_args=None, shown_keys=None):
     """Parse `argv` (default sys.argv[1:]) into (script_args, Config).
 
+    `shown_keys`: the config keys --help lists (default all; see build_parser).
     --config PATH is loaded as YAML, then every --<key> VALUE (or --key=VALUE) overrides
     it. A value is read as YAML (so 0.2, false, [1,2,6,3] and null work) and checked like
     a YAML value; for text keys the value is taken verbatim. A bool flag alone means true.
     """
-    parser = build_parser(description, add_script_args)
+    parser = build_parser(description, add_script_args, shown_keys)
     namespace, unknown = parser.parse_known_args(argv)
     if unknown:
         raise ConfigError(_unknown_args_message(unknown, parser))
@@ -665,6 +670,11 @@ def parse_cli(argv=None, description="", add_script_args=None):
         layers.append(_Layer(script_args.config, _read_yaml(script_args.config)))
     layers.append(_Layer(_CLI, cli_values, flags=True))
     return script_args, _resolve(layers)
+
+
+def group_keys(*groups):
+    """The config keys of the named groups of GROUPS, in schema order (for shown_keys)."""
+    return tuple(f.name for group in groups for f in GROUPS[group])
 
 
 def _parse_flag_value(field, raw):

@@ -34,9 +34,16 @@ def pytest_configure(config):
         pytest.exit(f"error: CI is set but the tests need what is missing here: {'; '.join(missing)}", returncode=2)
 
 
+# The one skip a CI run keeps: material that lives outside the repository by design (the C++ API
+# headers in ../shared/mindspore-cxx-api, which the project must not copy). Its reason contains that phrase.
+OUTSIDE_REPO = "outside the repository: "
+
+
 def _skip_fails_in_ci(report):
     if CI and report.skipped and not hasattr(report, "wasxfail"):
         reason = report.longrepr[-1] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        if OUTSIDE_REPO in reason:
+            return
         report.outcome = "failed"
         report.longrepr = f"skipped in a CI run (CI is set): {reason}"
 

@@ -324,3 +324,18 @@ def test_help_lists_config_keys_and_exits_0(capsys):
 def test_schema_defaults_are_valid():
     cfg = load_config()
     assert isinstance(cfg, Config) and set(cfg.to_dict()) == set(SCHEMA)
+
+
+def test_max_nonfinite_steps_defaults_to_the_documented_number_in_the_schema_and_every_config():
+    """README/docs: "`max_nonfinite_steps` (default 5)", "`max_nonfinite_steps` 5" (recipe table)."""
+    import re
+
+    stated = []
+    for path in [os.path.join(ROOT, "README.md"), *glob.glob(os.path.join(ROOT, "docs", "*.md"))]:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+        stated += [int(n) for n in re.findall(r"`max_nonfinite_steps`(?: \(default|[ |`]*) ?(\d+)", text)]
+    assert len(stated) >= 2, "the README and docs no longer state the default of max_nonfinite_steps"
+    assert set(stated) == {load_config().max_nonfinite_steps} == {5}
+    for path in glob.glob(os.path.join(ROOT, "src", "configs", "**", "*.yaml"), recursive=True):
+        assert load_config(path).max_nonfinite_steps == 5, path

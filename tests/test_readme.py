@@ -48,6 +48,8 @@ COVERAGE = [
     (r"python postprocess\.py .*", "tests/deploy/test_postprocess.py", "postprocess"),
     (r"bash scripts/run_infer_310\.sh .*", "tests/deploy/test_scripts.py", "run_infer_310.sh"),
     (r"bash scripts/run_infer_cpu\.sh .*", "tests/deploy/test_cpu_inference.py", "run_infer_cpu.sh"),
+    (r"bash scripts/run_infer_onnx\.sh .*", "tests/deploy/test_cpu_inference.py", "run_infer_onnx.sh"),
+    (r"export LITE_HOME=.*", "tests/deploy/test_scripts.py", "LITE_HOME"),
     (r"bash ascend310_infer/build\.sh", "tests/deploy/test_scripts.py", "build.sh"),
     # the C++ application needs MindSpore's C++ package (not in the pip wheel): its flags are
     # those main.cc parses, checked here against the source

@@ -20,8 +20,10 @@ Columns:
 Sharding. Training: every rank draws the same per-epoch permutation (from ``seed``
 and the epoch) and takes every ``num_shards``-th entry starting at ``shard_id``;
 the permutation is wrapped around so all ranks run the same number of steps.
-Evaluation: rank r takes images r, r + S, r + 2S, ... in file order, and shards
-shorter than ceil(N / S) are padded with ``valid = 0`` rows.
+Evaluation: rank r takes images r, r + S, r + 2S, ... in file order, and every shard is
+padded with ``valid = 0`` rows to whole batches of ceil(N / S) rows or more: all batches
+have one shape, so the evaluation graph is compiled once (a last partial batch recompiled
+it: 7 s of a 20 s nano evaluation on 2 cores, measured).
 
 Randomness. The training sampler's key is ``epoch * N + index``; the source seeds
 NumPy's and Python's global random state from (seed, epoch, index) for that one
@@ -231,17 +233,19 @@ class EvalSource(_ImageFolderSource):
     """Random-access evaluation source for shard ``shard_id`` of ``num_shards``: (image, label, valid).
 
     Row i is image ``shard_id + i * num_shards``; rows past the end of the split
-    (padding so every shard has ceil(N / num_shards) rows) and unreadable files
-    carry a readable stand-in image with valid = 0.
+    (padding every shard to whole batches of at least ceil(N / num_shards) rows) and
+    unreadable files carry a readable stand-in image with valid = 0.
     """
 
-    def __init__(self, samples, transform, num_shards=1, shard_id=0, strict_data=False, bad_file_log=None):
+    def __init__(self, samples, transform, num_shards=1, shard_id=0, strict_data=False, bad_file_log=None,
+                 batch_size=1):
         super().__init__(samples, transform, strict_data, bad_file_log)
         self.num_shards = num_shards
         self.shard_id = shard_id
+        self.batch_size = batch_size
 
     def __len__(self):
-        return math.ceil(len(self.samples) / self.num_shards)
+        return _padded_rows(len(self.samples), self.num_shards, self.batch_size)
 
     def __call__(self, row):
         return self[int(row)]
@@ -251,6 +255,11 @@ class EvalSource(_ImageFolderSource):
         in_split = index < len(self.samples)
         image, label, readable = self.load(index % len(self.samples))
         return self.transform(image), np.int32(label), np.int32(in_split and readable)
+
+
+def _padded_rows(total, num_shards, batch_size):
+    """Rows per evaluation shard: ceil(total / num_shards), rounded up to whole batches."""
+    return math.ceil(math.ceil(total / num_shards) / batch_size) * batch_size
 
 
 class EpochShardSampler(ds.Sampler):
@@ -287,8 +296,8 @@ class EpochShardSampler(ds.Sampler):
         words = [self.seed, epoch] + ([stream] if stream else [])
         if self.shuffle:
             order = np.random.default_rng(words).permutation(self.num_items)
-        else:
-            order = np.arange(self.num_items)
+        else:  # unshuffled pairs take image i with image i + N/2, never with itself
+            order = np.roll(np.arange(self.num_items), -(self.num_items // 2) if stream else 0)
         order = np.resize(order, math.ceil(self.num_items / self.num_shards) * self.num_shards)  # wraps around
         return order[self.shard_id::self.num_shards]
 
@@ -423,7 +432,7 @@ def create_dataset(data_path, split, is_training, batch_size, transform, num_par
                         python_multiprocessing=python_multiprocessing and workers > 1)
 
     if not is_training:
-        source = EvalSource(samples, transform, num_shards, shard_id, strict_data, bad_file_log)
+        source = EvalSource(samples, transform, num_shards, shard_id, strict_data, bad_file_log, batch_size)
         dataset = load_in_workers(source, ["image", "label", "valid"], shuffle=False)
         return dataset.batch(batch_size, drop_remainder=False)
 
@@ -484,12 +493,12 @@ def _create_mindrecord_dataset(files, is_training, batch_size, transform, worker
     sharding = dict(num_shards=num_shards, shard_id=shard_id) if num_shards > 1 else {}
     multiprocessing = python_multiprocessing and workers > 1
     if not is_training:
-        padding = (-total) % num_shards
+        padding = num_shards * _padded_rows(total, num_shards, batch_size) - total
         if padding:
             first = next(ds.MindDataset(files, columns_list=columns, shuffle=False).create_dict_iterator(
                 num_epochs=1, output_numpy=True))
-            sharding.update(padded_sample={"image": first["image"].tobytes(), "label": 0, "index": -1},
-                            num_padded=padding)
+            sharding.update(num_shards=num_shards, shard_id=shard_id, num_padded=padding,
+                            padded_sample={"image": first["image"].tobytes(), "label": 0, "index": -1})
         dataset = ds.MindDataset(files, columns_list=columns, shuffle=False, **sharding)
         dataset = dataset.map(MindRecordDecode(transform, with_valid=True), input_columns=columns,
                               output_columns=["image", "label", "valid"], num_parallel_workers=workers,

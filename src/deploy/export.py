@@ -40,7 +40,9 @@ def check_device(device_target, file_format):
                           f"export MINDIR or ONNX here, or run on Ascend with --device_target Ascend")
     import mindspore as ms
 
-    if device_target != "CPU" and not ms.hal.is_available(device_target):
+    from src.tools.context import device_available
+
+    if not device_available(device_target):
         what = "AIR export needs an Ascend device: " if file_format == "AIR" else ""
         raise DeployError(f"{what}device_target {device_target} is not available in this MindSpore build "
                           f"({ms.__version__}); use --device_target CPU"
@@ -132,7 +134,10 @@ def export_network(network, file_format, file_name, batch_size, image_size, over
     tmp_path = tmp_stem + EXTENSIONS[file_format]
     example = ms.Tensor(np.zeros((batch_size, 3, image_size, image_size), np.float32))
     try:
-        ms.export(network, example, file_name=tmp_stem, file_format=file_format)
+        if file_format == "ONNX":  # mindspore.export(file_format="ONNX") is deprecated in MindSpore 2.10
+            ms.onnx.export(network, example, file_name=tmp_path)
+        else:
+            ms.export(network, example, file_name=tmp_stem, file_format=file_format)
         if not os.path.isfile(tmp_path):
             raise DeployError(f"MindSpore wrote no {file_format} file at {tmp_path}")
         if dynamic_batch:

@@ -90,7 +90,7 @@ def load_model_weights(network, checkpoint_path, prefix="", drop_head=False):
     for name, param in own.items():
         if name in kept:
             continue
-        param.set_data(Tensor(weights[name].astype(ms.dtype_to_nptype(param.dtype)).reshape(param.shape)))
+        param.set_data(Tensor(weights[name].reshape(param.shape), dtype=param.dtype))
     return kept
 
 

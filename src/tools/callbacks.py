@@ -33,6 +33,7 @@ PREEMPTED = "training_preempted"
 # cb_params key set by ResumePosition: steps of the current epoch run before this pass (a resumed epoch).
 _STEPS_BEFORE = "epoch_steps_before"
 _RECORD = "epoch_record"
+_STEP_RECORD = "step_record"
 
 
 def epoch_record(cb_params):
@@ -42,6 +43,11 @@ def epoch_record(cb_params):
         record = {"epoch": cb_params.cur_epoch_num}
         cb_params[_RECORD] = record
     return record
+
+
+def step_record(cb_params):
+    """The last train step's numbers (step, epoch as a fraction, train_loss, lr), or None."""
+    return cb_params.get(_STEP_RECORD)
 
 
 def step_loss(net_outputs):
@@ -135,6 +141,9 @@ class ProgressLogger(_EpochCallback):
         else:
             self._nonfinite_steps += 1
         self._interval_steps += 1
+        global_step = self._global_step(cb)
+        cb[_STEP_RECORD] = {"step": global_step, "epoch": global_step / self.steps_per_epoch, "train_loss": loss,
+                            "lr": self.lr_at(global_step)}
         if self._clock_start is None:
             self._clock_start = now
         else:

@@ -416,8 +416,7 @@ def load_training_state(train_cell, path, skip=CONFIG_DERIVED_PARAMS):
         raise CheckpointError(f"{path} is not a training state of this network: "
                               + describe_mismatch(missing, unexpected, misshaped))
     for name, param in own.items():
-        value = state[name].asnumpy().astype(ms.dtype_to_nptype(param.dtype))
-        param.set_data(Tensor(value.reshape(param.shape)))
+        param.set_data(Tensor(state[name].asnumpy().reshape(param.shape), dtype=param.dtype))
     meta = {name: _scalar(value) for name, value in stored.items() if _is_metadata(name)}
     return {
         "epoch": int(meta[EPOCH_KEY]),

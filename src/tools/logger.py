@@ -13,6 +13,13 @@ class RunLogger:
     def __call__(self, message):
         line = f"{time.strftime('%Y-%m-%d %H:%M:%S')} {self.prefix}{message}"
         print(line, flush=True)
+        self._write(line)
+
+    def to_file(self, message):
+        """A timestamped line in the file only (e.g. MindSpore's own warnings); dropped once closed."""
+        self._write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {self.prefix}{message}")
+
+    def _write(self, line):
         if self._file is not None:
             try:
                 self._file.write(line + "\n")
@@ -23,4 +30,7 @@ class RunLogger:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+    def __del__(self):  # closed with the logger, so no ResourceWarning for the file
+        self.close()
 

@@ -1,10 +1,11 @@
-"""Per-epoch metrics as a CSV file, and PNG curves drawn from it.
+"""Per-epoch and per-step metrics as CSV files, and PNG curves drawn from them.
 
-The CSV is an append-only log with one row per epoch: a resumed run appends to it, the
+metrics.csv is an append-only log with one row per epoch: a resumed run appends to it, the
 header is written once, and every row is fsynced, so a killed run loses at most the row
 it was writing. After a crash and resume the same epoch can appear twice (written
 before the kill, then again after the resume); `read_metrics` keeps the last row of
-each epoch, and so do the curves.
+each epoch, and so do the curves. metrics_steps.csv holds every train step's loss and lr
+(written once per epoch, the same rules by step), so the curves show the warm-up.
 """
 import csv
 import io
@@ -14,11 +15,12 @@ import time
 
 from mindspore.train import Callback
 
-from src.tools.callbacks import epoch_record
+from src.tools.callbacks import epoch_record, step_record
 
-__all__ = ["MetricsCSV", "read_metrics", "plot_curves", "COLUMNS"]
+__all__ = ["MetricsCSV", "read_metrics", "plot_curves", "COLUMNS", "STEP_COLUMNS"]
 
 COLUMNS = ("epoch", "train_loss", "lr", "top1", "top5", "val_loss", "images", "seconds")
+STEP_COLUMNS = ("step", "epoch", "train_loss", "lr")  # epoch: fractional, step / steps per epoch
 
 
 def _cell(value):
@@ -43,50 +45,42 @@ class MetricsCSV(Callback):
             (a new run in a reused directory).
         is_main: only rank 0 writes.
         log_fn: where a failure to draw the curves is reported (it never stops training).
+        steps_path: the per-step CSV (None: no per-step rows); its rows come from the step
+            record ProgressLogger leaves (src.tools.callbacks.step_record).
     """
 
-    def __init__(self, path, png_path=None, append=True, is_main=True, log_fn=print):
+    def __init__(self, path, png_path=None, append=True, is_main=True, log_fn=print, steps_path=None):
         super().__init__()
         self.path = path
         self.png_path = png_path
         self.is_main = is_main
         self.log_fn = log_fn
+        self.steps_path = steps_path
         self._epoch_time = None
+        self._step_rows = []
         if is_main:
             directory = os.path.dirname(os.path.abspath(path))
             os.makedirs(directory, exist_ok=True)
-            if not append and os.path.exists(path):
-                os.remove(path)
-            self._check_header()
-
-    def _check_header(self):
-        if not os.path.exists(self.path) or os.path.getsize(self.path) == 0:
-            return
-        with open(self.path, newline="", encoding="utf-8") as f:
-            header = next(csv.reader(f), [])
-        if tuple(header) != COLUMNS:
-            raise ValueError(f"{self.path} has columns {','.join(header)}, not {','.join(COLUMNS)}: "
-                             "move it away or write this run to another output_dir")
+            for file, columns in ((path, COLUMNS), (steps_path, STEP_COLUMNS)):
+                if file is not None and not append and os.path.exists(file):
+                    os.remove(file)
+                if file is not None:
+                    _check_header(file, columns)
 
     def append(self, row):
         """Append one row (a dict with keys from COLUMNS; others are ignored) and fsync it."""
-        if not self.is_main:
-            return
-        buffer = io.StringIO()
-        writer = csv.writer(buffer, lineterminator="\n")
-        new_file = not os.path.exists(self.path) or os.path.getsize(self.path) == 0
-        if new_file:
-            writer.writerow(COLUMNS)
-        writer.writerow([_cell(row.get(column)) for column in COLUMNS])
-        with open(self.path, "a+b") as f:
-            # a run killed mid-row leaves a line without its newline: end it before appending
-            if not new_file:
-                f.seek(-1, os.SEEK_END)
-                if f.read(1) != b"\n":
-                    f.write(b"\n")
-            f.write(buffer.getvalue().encode("utf-8"))
-            f.flush()
-            os.fsync(f.fileno())
+        if self.is_main:
+            _append_rows(self.path, COLUMNS, [row])
+
+    def on_train_step_end(self, run_context):
+        record = step_record(run_context.original_args())
+        if self.steps_path is not None and self.is_main and record is not None:
+            self._step_rows.append(record)
+
+    def _write_steps(self):
+        if self._step_rows:
+            _append_rows(self.steps_path, STEP_COLUMNS, self._step_rows)
+            self._step_rows = []
 
     def on_train_epoch_begin(self, run_context):
         self._epoch_time = time.time()
@@ -95,15 +89,49 @@ class MetricsCSV(Callback):
         row = dict(epoch_record(run_context.original_args()))
         if row.get("seconds") is None and self._epoch_time is not None:
             row["seconds"] = time.time() - self._epoch_time
+        self._write_steps()
         self.append(row)
 
     def on_train_end(self, run_context):
-        if not (self.is_main and self.png_path):
+        if not self.is_main:
+            return
+        self._write_steps()  # steps of an epoch cut short
+        if not self.png_path:
             return
         try:
-            plot_curves(self.path, self.png_path)
+            plot_curves(self.path, self.png_path, self.steps_path)
         except Exception as exc:  # curves are a convenience; never fail a finished run over them
             self.log_fn(f"warning: could not draw {self.png_path}: {exc}")
+
+
+def _check_header(path, columns):
+    if not os.path.exists(path) or os.path.getsize(path) == 0:
+        return
+    with open(path, newline="", encoding="utf-8") as f:
+        header = next(csv.reader(f), [])
+    if tuple(header) != columns:
+        raise ValueError(f"{path} has columns {','.join(header)}, not {','.join(columns)}: "
+                         "move it away or write this run to another output_dir")
+
+
+def _append_rows(path, columns, rows):
+    """Append rows (dicts; keys outside `columns` ignored) to the CSV at `path`, header first if new; fsync."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    new_file = not os.path.exists(path) or os.path.getsize(path) == 0
+    if new_file:
+        writer.writerow(columns)
+    for row in rows:
+        writer.writerow([_cell(row.get(column)) for column in columns])
+    with open(path, "a+b") as f:
+        # a run killed mid-row leaves a line without its newline: end it before appending
+        if not new_file:
+            f.seek(-1, os.SEEK_END)
+            if f.read(1) != b"\n":
+                f.write(b"\n")
+        f.write(buffer.getvalue().encode("utf-8"))
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def _number(text):
@@ -113,24 +141,29 @@ def _number(text):
         return None
 
 
-def read_metrics(csv_path):
+def read_metrics(csv_path, columns=COLUMNS):
     """Rows of a metrics CSV as dicts of floats (None for empty cells), one per epoch.
 
     Rows that cannot be read (a line cut by a kill) are skipped; of rows with the same
-    epoch the last one wins. Sorted by epoch.
+    epoch the last one wins. Sorted by epoch. With columns=STEP_COLUMNS: the rows of
+    metrics_steps.csv, one per step.
     """
-    by_epoch = {}
+    key = columns[0]  # epoch, or step
+    by_key = {}
     with open(csv_path, newline="", encoding="utf-8") as f:
         for raw in csv.DictReader(f):
-            row = {column: _number(raw.get(column)) for column in COLUMNS}
-            if row["epoch"] is None or None in raw.values() or len(raw) != len(COLUMNS):
+            row = {column: _number(raw.get(column)) for column in columns}
+            if row[key] is None or None in raw.values() or len(raw) != len(columns):
                 continue
-            by_epoch[int(row["epoch"])] = row
-    return [by_epoch[epoch] for epoch in sorted(by_epoch)]
+            by_key[int(row[key])] = row
+    return [by_key[k] for k in sorted(by_key)]
 
 
-def plot_curves(csv_path, png_path):
+def plot_curves(csv_path, png_path, steps_path=None):
     """Draw loss (train, val), accuracy (top-1, top-5) and lr against the epoch into png_path.
+
+    With a per-step CSV (`steps_path`, when it exists) the train loss of every step is drawn
+    faintly under the epoch averages, and the lr per step (the warm-up is visible).
 
     Uses matplotlib's Agg canvas directly (no pyplot, no global backend switch), imported
     here so that training never needs matplotlib before the end. The PNG is written to a
@@ -142,6 +175,7 @@ def plot_curves(csv_path, png_path):
     rows = read_metrics(csv_path)
     if not rows:
         raise ValueError(f"{csv_path} has no complete rows to plot")
+    steps = read_metrics(steps_path, STEP_COLUMNS) if steps_path and os.path.exists(steps_path) else []
     figure = Figure(figsize=(15, 4.2), dpi=100)
     FigureCanvasAgg(figure)
     panels = (
@@ -151,6 +185,16 @@ def plot_curves(csv_path, png_path):
     )
     for index, (title, series) in enumerate(panels, start=1):
         axes = figure.add_subplot(1, 3, index)
+        if steps and title in ("loss", "learning rate"):
+            column = "train_loss" if title == "loss" else "lr"
+            points = [(row["epoch"], row[column]) for row in steps
+                      if row[column] is not None and math.isfinite(row[column])]
+            if points:
+                xs, ys = zip(*points)
+                axes.plot(xs, ys, linewidth=0.8, alpha=0.35 if title == "loss" else 1.0,
+                          label="train (per step)" if title == "loss" else "lr")
+            if title == "learning rate":
+                series = ()  # the per-step lr replaces the per-epoch points
         for column, label in series:
             points = [(row["epoch"], row[column]) for row in rows
                       if row[column] is not None and math.isfinite(row[column])]
@@ -160,7 +204,7 @@ def plot_curves(csv_path, png_path):
         axes.set_title(title)
         axes.set_xlabel("epoch")
         axes.grid(True, alpha=0.3)
-        if len(series) > 1:
+        if len(axes.get_legend_handles_labels()[0]) > 1:
             axes.legend()
     figure.tight_layout()
     directory, base = os.path.split(os.path.abspath(png_path))

@@ -43,8 +43,8 @@ AMP_LEVELS = ("O0", "O1", "O2", "O3")
 
 # Cell types that always run in float32 (see the module docstring for the rest); the fused
 # CPU kernels (cpu_kernels.py) are float32 only.
-KEEP_FP32_CELLS = (SqueezeExcite, WeightStandardization, cpu_kernels.FusedWeightStandardization, cpu_kernels.FusedScaledGELU,
-                   cpu_kernels.FusedConv2dSame, cpu_kernels.FusedMulRows)
+KEEP_FP32_CELLS = (SqueezeExcite, WeightStandardization, cpu_kernels.FusedWeightStandardization,
+                   cpu_kernels.FusedScaledGELU, cpu_kernels.FusedConv2dSame, cpu_kernels.FusedMulRows)
 
 _DTYPES = {"float16": mindspore.float16, "bfloat16": mindspore.bfloat16}
 

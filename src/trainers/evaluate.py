@@ -55,7 +55,7 @@ def _batch_counts(network, loss_fn, images, labels, valid):
     return count, top1, top5, loss_sum
 
 
-def evaluate(network, dataset, loss_fn=None, distributed=False, jit=True):
+def evaluate(network, dataset, loss_fn=None, distributed=False, jit=True, progress=None):
     """Evaluate `network` on `dataset`, counting every valid image exactly once.
 
     Args:
@@ -69,6 +69,7 @@ def evaluate(network, dataset, loss_fn=None, distributed=False, jit=True):
             processes (all-reduce) so every process returns the whole set's numbers.
         jit: compile the forward and the counting with ``mindspore.jit`` (works in
             PyNative and Graph mode).
+        progress: optional callable, called with the number of valid images of each batch done.
 
     Returns:
         dict(top1, top5, loss, count, correct_top1, correct_top5): accuracies as fractions
@@ -89,8 +90,11 @@ def evaluate(network, dataset, loss_fn=None, distributed=False, jit=True):
             images, labels = row[0], row[1]
             valid = row[2] if len(row) > 2 else ops.ones(images.shape[0], mindspore.int32)
             batch, batch_loss = step(images, labels, valid)
-            counts += batch.asnumpy().astype(np.int64)
+            batch = batch.asnumpy().astype(np.int64)
+            counts += batch
             loss_sum += float(batch_loss.asnumpy())
+            if progress is not None:
+                progress(int(batch[0]))
     finally:
         network.set_train(was_training)
     if distributed:

@@ -134,11 +134,11 @@ def test_eval_sees_every_image_once_when_batch_does_not_divide(id_folder, worker
 
     ds = create_dataset(id_folder, "val", False, 3, PixelValue(), num_parallel_workers=workers)
     rows, batch_sizes = _collect(ds, ["image", "label", "valid"])
-    assert batch_sizes == [3, 3, 3, 2]
-    assert rows["image"].reshape(-1).tolist() == list(range(11))
-    assert rows["label"].tolist() == [0] * 4 + [1] * 4 + [2] * 3
+    assert batch_sizes == [3, 3, 3, 3]  # the last batch padded: one shape, one compiled graph
+    assert rows["image"].reshape(-1)[:11].tolist() == list(range(11))
+    assert rows["label"][:11].tolist() == [0] * 4 + [1] * 4 + [2] * 3
     assert rows["label"].dtype == np.int32
-    assert rows["valid"].tolist() == [1] * 11
+    assert rows["valid"].tolist() == [1] * 11 + [0]
 
 
 @pytest.mark.timeout(300)
@@ -150,11 +150,11 @@ def test_sharded_eval_counts_every_image_exactly_once(id_folder):
         ds = create_dataset(id_folder, "val", False, 4, PixelValue(), num_parallel_workers=2,
                             num_shards=2, shard_id=shard_id)
         rows, batch_sizes = _collect(ds, ["image", "label", "valid"])
-        assert batch_sizes == [4, 2]  # both shards have ceil(11 / 2) = 6 rows
+        assert batch_sizes == [4, 4]  # ceil(11 / 2) = 6 rows, padded to whole batches
         values = rows["image"].reshape(-1).astype(int)
         seen += values[rows["valid"] == 1].tolist()
         total_rows += len(values)
-    assert total_rows == 12
+    assert total_rows == 16
     assert sorted(seen) == list(range(11))
 
 
@@ -293,7 +293,7 @@ def test_eval_marks_unreadable_files_invalid_and_logs_them(bad_folder, tmp_path)
     log = str(tmp_path / "bad.txt")
     ds = create_dataset(root, "val", False, 4, PixelValue(), num_parallel_workers=2, bad_file_log=log)
     rows, _ = _collect(ds, ["image", "label", "valid"])
-    assert rows["valid"].tolist() == [1, 0, 1, 0, 1, 1]
+    assert rows["valid"].tolist() == [1, 0, 1, 0, 1, 1, 0, 0]  # 6 images, padded to 2 batches of 4
     assert rows["image"].reshape(-1)[rows["valid"] == 1].tolist() == [0, 2, 4, 5]
     assert read_bad_file_log(log) == sorted([truncated, empty])
 

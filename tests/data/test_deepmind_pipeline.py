@@ -50,6 +50,8 @@ def test_pair_sampler_draws_two_independent_permutations_per_epoch():
         assert sorted(a) == sorted(b) == list(range(n))
         assert (a != b).mean() > 0.9
         np.testing.assert_array_equal(a, EpochShardSampler(n, seed=3).epoch_indices(epoch))
+    unshuffled = np.array(list(iter(EpochShardSampler(6, shuffle=False, pairs=True))))
+    assert np.divmod(unshuffled, 6)[1].tolist() == [3, 4, 5, 0, 1, 2]  # never an image with itself
 
 
 @pytest.mark.timeout(300)

@@ -70,9 +70,14 @@ def test_pipeline_reads_the_same_transformed_images_and_labels_as_the_folder(con
     root, out = converted
     transform = create_eval_transform(32, crop_pct=0, crop_mode="pixels")
     kw = dict(num_parallel_workers=1, drop_remainder=False) if is_training else dict(num_parallel_workers=1)
-    columns = ["image", "label"]
-    folder = _rows(create_dataset(root, split, is_training, 4, transform, shuffle=False, **kw), columns)
-    record = _rows(create_dataset(out, split, is_training, 4, transform, **kw), columns)
+    columns = ["image", "label"] if is_training else ["image", "label", "valid"]
+
+    def images(data_path, **shuffle):  # (image, label) rows; evaluation's padding rows left out
+        rows = _rows(create_dataset(data_path, split, is_training, 4, transform, **shuffle, **kw), columns)
+        return rows if is_training else [(i, l) for i, l, v in rows if v]
+
+    folder = images(root, shuffle=False)
+    record = images(out)
     assert len(record) == (12 if is_training else 7)
     assert record[0][0].shape == (3, 32, 32) and record[0][0].dtype == np.float32
     # training substitutes a readable neighbour for broken.jpg; the converter left it out
@@ -83,11 +88,11 @@ def test_pipeline_reads_the_same_transformed_images_and_labels_as_the_folder(con
 def test_two_eval_shards_pad_to_equal_length_and_cover_each_image_once(converted):
     root, out = converted
     transform = create_eval_transform(32, crop_pct=0, crop_mode="pixels")
-    whole = sorted(_key(i, l) for i, l, _ in _rows(create_dataset(root, "val", False, 3, transform,
+    whole = sorted(_key(i, l) for i, l, v in _rows(create_dataset(root, "val", False, 3, transform,
                                                                   num_parallel_workers=1),
-                                                   ["image", "label", "valid"]))
+                                                   ["image", "label", "valid"]) if v)
     shards = [_rows(create_dataset(out, "val", False, 3, transform, num_parallel_workers=1, num_shards=2,
                                    shard_id=r), ["image", "label", "valid"]) for r in (0, 1)]
-    assert [len(s) for s in shards] == [4, 4]  # 7 images + 1 padding row
-    assert sum(int(v) == 0 for s in shards for *_, v in s) == 1
+    assert [len(s) for s in shards] == [6, 6]  # 7 images: ceil(7 / 2) = 4 rows, padded to 2 batches of 3
+    assert sum(int(v) == 0 for s in shards for *_, v in s) == 5
     assert sorted(_key(i, l) for s in shards for i, l, v in s if v) == whole

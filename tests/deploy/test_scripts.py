@@ -114,7 +114,7 @@ def test_build_finds_the_flavour_and_compiles_up_to_the_link(tmp_path, library, 
     if shutil.which("cmake") is None or shutil.which("g++") is None:
         pytest.skip("cmake and g++ are needed (Debian packages cmake, g++)")
     if not os.path.isdir(os.path.join(CXX_API, "include", "api")):
-        pytest.skip(f"MindSpore's C++ API headers are not at {CXX_API}")
+        pytest.skip(f"outside the repository: MindSpore's C++ API headers are not at {CXX_API}")
     root = tmp_path / "lite" / "runtime"  # the Lite tarball's layout, found through LITE_HOME=<tarball>
     (root / "lib").mkdir(parents=True)
     os.symlink(os.path.join(CXX_API, "include"), root / "include")

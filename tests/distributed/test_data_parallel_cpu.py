@@ -112,6 +112,18 @@ def test_both_ranks_use_the_run_directory_rank_0_chose_beside_a_non_empty_one(tw
 
 
 @pytest.mark.timeout(900)
+def test_only_rank_0_writes_checkpoints_metrics_and_curves(two_rank_run):
+    """Who wrote what in the shared directory (train_and_save_weights.py records each rank's writes)."""
+    writes = [set(json.loads((two_rank_run / f"writes_rank{r}.json").read_text())) for r in (0, 1)]
+    print("rank 1 wrote:", sorted(writes[1]))
+    assert writes[1] == {"output-1/train_rank1.log"}
+    files = {f"output-1/{name}" for name in os.listdir(two_rank_run / "output-1")}
+    assert files - {"output-1/train_rank1.log"} <= writes[0]  # every other file there is rank 0's
+    assert {"output-1/metrics.csv", "output-1/curves.png", "output-1/config.yaml", f"output-1/{FINAL}",
+            "output-1/dm_nfnet_nano-1_5.ckpt"} <= files
+
+
+@pytest.mark.timeout(900)
 def test_two_shard_evaluation_counts_the_whole_val_split_like_one_process(two_rank_run, tiny_digits, tmp_path):
     checkpoint = two_rank_run / "output-1" / FINAL
     eval_args = ["--data_path", tiny_digits, "--checkpoint", checkpoint, "--batch_size", "4",

@@ -1,6 +1,5 @@
 """Parameter names, shapes and counts equal timm's; NF bookkeeping; train-mode gradients."""
 import math
-import os
 
 import mindspore as ms
 import numpy as np
@@ -10,29 +9,18 @@ from mindspore.nn.utils import no_init_parameters
 from src.models import MODEL_CFGS, create_model, list_models
 from src.models.nfnet import drop_path_rates
 
-REFERENCE = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "reference",
-                         "timm_dm_nfnet_f0_state_dict.txt")
-
-
 def _reference_shapes():
-    path = os.path.normpath(REFERENCE)
-    if not os.path.isfile(path):
-        pytest.skip(f"reference list not found at {path}")
-    shapes = []
-    with open(path) as f:
-        for line in f:
-            if line.startswith("#") or not line.strip():
-                continue
-            name, shape = line.split(" ", 1)
-            shapes.append((name, tuple(int(d) for d in shape.strip()[1:-1].split(",") if d.strip())))
-    return shapes
+    """(name, shape) of timm's dm_nfnet_f0 parameters, in timm's order (no weights: device="meta")."""
+    import timm
+
+    return [(n, tuple(p.shape)) for n, p in timm.create_model("dm_nfnet_f0", device="meta").named_parameters()]
 
 
 def _shapes(network):
     return [(name, tuple(p.shape)) for name, p in network.parameters_and_names()]
 
 
-def test_dm_nfnet_f0_names_and_shapes_equal_timm_reference_list():
+def test_dm_nfnet_f0_names_and_shapes_equal_timm_in_order():
     with no_init_parameters():
         net = create_model("dm_nfnet_f0")
     ours, ref = _shapes(net), _reference_shapes()

@@ -61,8 +61,8 @@ def test_ema_follows_deepmind_warmup_formula_over_four_optimizer_steps(mode, war
     assert sorted(ours) == sorted(history[0])
     ref = _reference(history, 0.2, warmup)
     rel, name = max_rel_diff(ours, ref)
-    # measured: 4.9e-8 (warm-up) / 3.9e-8 (constant), float32 against float64, both modes
-    assert rel < 1e-6, (name, rel)
+    # measured: 4.5e-8 (warm-up) / 3.9e-8 (constant), float32 against float64, both modes
+    assert rel < 5e-7, (name, rel)
     assert int(step.ema.num_updates.asnumpy()) == 4
     # the EMA lags behind the weights: it is not simply the last weights
     assert max_rel_diff(ours, history[-1])[0] > 1e-3
@@ -73,7 +73,7 @@ def test_ema_updates_once_per_optimizer_step_with_accumulation():
     step, history = _train_recording_weights(0.5, steps=3, accumulation_step=2)
     assert int(step.ema.num_updates.asnumpy()) == 3
     rel, name = max_rel_diff(_ema_weights(step), _reference(history, 0.5))
-    assert rel < 1e-6, (name, rel)
+    assert rel < 5e-7, (name, rel)  # measured 5.8e-8
 
 
 @pytest.mark.timeout(200)

@@ -1,0 +1,104 @@
+"""eval.py shows its progress: on a terminal one line redrawn in place with img/s and ETA, in a log
+plain lines every 10 %; the last line counts the images really scored (padding rows left out)."""
+import os
+import pty
+import re
+import subprocess
+import sys
+
+import pytest
+
+from src.deploy.progress import ProgressBar
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = os.path.join(ROOT, "src", "configs", "dm_nfnet_nano_digits.yaml")
+LINE = re.compile(r"eval: (\d+)/(\d+) \[[#.]{30}\] +(\d+)% ([\d.]+) img/s(, eta \d+:\d\d)?")
+
+
+class Stream:
+    def __init__(self, tty):
+        self.tty, self.text = tty, ""
+
+    def isatty(self):
+        return self.tty
+
+    def write(self, text):
+        self.text += text
+
+    def flush(self):
+        pass
+
+
+def test_bar_in_a_log_writes_a_line_per_tenth_and_finish_gives_the_true_count():
+    stream = Stream(tty=False)
+    bar = ProgressBar(40, "eval", stream=stream, unit="img")
+    for _ in range(9):
+        bar.update(4)  # 36 of an upper bound of 40
+    bar.finish()
+    lines = stream.text.splitlines()
+    assert len(lines) == 10 and "\r" not in stream.text
+    assert [LINE.match(line)[1] for line in lines] == ["4", "8", "12", "16", "20", "24", "28", "32", "36", "36"]
+    assert LINE.match(lines[-1])[2] == "36" and LINE.match(lines[-1])[3] == "100"
+    assert all(LINE.match(line)[5] for line in lines[1:-1]) and not LINE.match(lines[-1])[5]  # eta until done
+
+
+def test_bar_on_a_terminal_redraws_one_line():
+    stream = Stream(tty=True)
+    bar = ProgressBar(3, "eval", stream=stream, unit="img")
+    for _ in range(3):
+        bar.update(1)
+    assert stream.text.startswith("\r") and stream.text.endswith("\n") and stream.text.count("\n") == 1
+
+
+@pytest.fixture(scope="module")
+def nano_checkpoint(tmp_path_factory):
+    import mindspore as ms
+
+    from src.models import create_model
+
+    path = str(tmp_path_factory.mktemp("ckpt") / "nano.ckpt")
+    ms.save_checkpoint(create_model("dm_nfnet_nano", num_classes=10), path)
+    return path
+
+
+def eval_args(data, checkpoint, tmp_path):
+    # 20 images in batches of 6: 4 batches, the last padded with 4 rows that are not counted
+    return [sys.executable, "eval.py", "--config", CONFIG, "--data_path", data, "--checkpoint", checkpoint,
+            "--eval_batch_size", "6", "--num_parallel_workers", "1", "--output", str(tmp_path / "m.json")]
+
+
+@pytest.mark.timeout(600)
+def test_eval_writes_progress_lines_to_a_log(digits_subset, nano_checkpoint, tmp_path):
+    result = subprocess.run(eval_args(digits_subset(1, 2), nano_checkpoint, tmp_path), cwd=ROOT,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("eval:")]
+    assert [LINE.fullmatch(line)[1] for line in lines] == ["6", "12", "18", "20", "20"], result.stderr
+    assert [LINE.fullmatch(line)[2] for line in lines] == ["24", "24", "24", "24", "20"]  # then the true count
+    assert float(LINE.fullmatch(lines[-1])[4]) > 0
+    assert "on 20 images" in result.stdout
+
+
+@pytest.mark.timeout(600)
+def test_eval_on_a_terminal_redraws_its_progress_line(digits_subset, nano_checkpoint, tmp_path):
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(eval_args(digits_subset(1, 2), nano_checkpoint, tmp_path), cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=follower, text=True)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 4096)
+        except OSError:  # the terminal closed with the process
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    out, _ = proc.communicate(timeout=600)
+    os.close(leader)
+    assert proc.returncode == 0
+    terminal = b"".join(chunks).decode()
+    drawn = [part.strip() for part in terminal.split("\r") if part.strip().startswith("eval:")]
+    assert len(drawn) >= 2 and LINE.fullmatch(drawn[-1])[1] == "20", terminal
+    assert terminal.count("eval:") == len(drawn) and "\n" not in terminal.split("\r")[1].rstrip("\n")
+    assert "on 20 images" in out
