@@ -112,9 +112,10 @@ def fault_rng(name):
 
 
 def start_logged(script, *args, config=CONFIG, env=None):
-    """start_entry with stdout to a pipe (text) and stderr kept, for tests that read what the process says."""
+    """start_entry with stdout and stderr to one pipe (text), for tests that read what the process says as it
+    runs: read it continuously, or the process blocks once the pipe is full."""
     return subprocess.Popen([sys.executable, script, "--config", config, *map(str, args)], cwd=ROOT, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ, **(env or {})))
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=dict(os.environ, **(env or {})))
 
 
 def snapshot(directory):

@@ -11,7 +11,8 @@ import signal
 import pytest
 
 from reliability_helpers import (PAUSE_IN_WRITE, TINY, assert_same_training_state, checkpoint_values, entry,
-                                 fault_rng, read_text, snapshot, start_logged, succeeded, user_error, wait_until)
+                                 fault_rng, read_text, snapshot, start_entry, start_logged, succeeded, user_error,
+                                 wait_until)
 
 FINAL = "dm_nfnet_nano-2_14.ckpt"  # 2 epochs of 7 steps
 
@@ -35,7 +36,7 @@ def preempted(tiny_digits, tmp_path_factory):
     out = tmp_path_factory.mktemp("preempted") / "run"
     args = ["--data_path", tiny_digits, "--output_dir", out, *TINY]
     step = fault_rng("SIGTERM").randint(1, 5)
-    first = start_logged("train.py", *args)
+    first = start_entry("train.py", *args)
     stopped = stop_at(out, first, step, signal.SIGTERM)
     seen = {"step": stopped, "status": first.returncode, "after_stop": sorted(os.listdir(out)),
             "log": read_text(out / "train.log")}
@@ -130,7 +131,7 @@ def test_first_ctrl_c_checkpoints_and_a_second_one_stops_at_once(tiny_digits, tm
     assert [n for n in os.listdir(out) if n.endswith(".ckpt") and not n.startswith(".")] == ["dm_nfnet_nano-1_7.ckpt"]
 
     since = len(read_text(out / "train.log"))
-    once = start_logged("train.py", *args, "--resume", "auto")
+    once = start_entry("train.py", *args, "--resume", "auto")
     stopped = stop_at(out, once, 2, signal.SIGINT, since)
     assert once.returncode in (130, 143)
     name = {130: "SIGINT", 143: "SIGTERM"}[once.returncode]
