@@ -107,13 +107,14 @@ chmod +x "$LOGS/bin/python"
 MSRUN_LOG="$LOGS/msrun.log"
 echo "log: $MSRUN_LOG (cluster timeout ${CLUSTER_TIMEOUT} s)"
 # msrun in a session of its own: a Ctrl-C at the terminal reaches this script only (msrun would kill the
-# workers with SIGKILL); with setpriv, msrun gets SIGTERM when this script dies.
+# workers with SIGKILL); with setpriv, msrun gets SIGTERM when this script dies. --tail_worker_log names no
+# existing rank: no `tail -f` copies of the worker logs into msrun.log, which outlived a killed msrun.
 DETACH=(setsid)
 if command -v setpriv > /dev/null; then DETACH+=(setpriv --pdeathsig TERM); fi
 env PATH="$LOGS/bin:$PATH" "${DETACH[@]}" "$PYTHON" -m mindspore.parallel.cluster.run \
   --worker_num "$WORKER_NUM" --local_worker_num "$LOCAL_WORKER_NUM" \
   --master_addr "${MASTER_ADDR:-127.0.0.1}" --master_port "$MASTER_PORT" "${NODE_ARGS[@]}" \
-  --cluster_time_out "$CLUSTER_TIMEOUT" --log_dir "$LOGS/msrun" --join True \
+  --cluster_time_out "$CLUSTER_TIMEOUT" --log_dir "$LOGS/msrun" --join True --tail_worker_log "$WORKER_NUM" \
   "$ENTRY_SCRIPT" --config "$CONFIG_PATH" --output_dir "$RUN_DIR/output" "${TIMEOUT_ARGS[@]}" "$@" \
   > "$MSRUN_LOG" 2>&1 &
 MSRUN_PID=$!
