@@ -27,25 +27,20 @@ def main(argv=None):
                        shown_keys=USED_KEYS)
     from src.tools.context import fit_to_machine, init_context
     from src.tools.modelarts import check_before_init, data_and_results
+    from src.tools.preemption import StopRequest, end_with_parent
+    from src.tools.run_dir import check_output_dir
 
     cfg = fit_to_machine(cfg)  # a device this machine lacks stops here, in one line
     check_before_init(cfg, check_inputs)  # before the heavy imports: a wrong path costs no graph build
-    from src.tools.run_dir import check_output_dir
-
     check_output_dir(cfg.output_dir, cfg.overwrite_output, cfg.resume is not None)
-    from src.tools.preemption import end_with_parent
-
     if os.environ.get("MS_ROLE"):  # msrun's processes (msrun waits for them; other launchers may not)
         end_with_parent()  # a killed launcher takes its workers with it
-    from src.tools.checkpointing import prepare_output_dir
+    from src.tools.checkpointing import describe_kept, prepare_output_dir, write_errors_reported
 
     ctx = init_context(cfg.device_target, cfg.device_id, cfg.mode, cfg.seed, cfg.deterministic, cfg.distribute,
                        cfg.cluster_timeout)
     output_dir = prepare_output_dir(cfg.output_dir, overwrite=cfg.overwrite_output, resume=cfg.resume is not None,
                                     is_main=ctx.is_main, share=ctx.from_main)
-    from src.tools.checkpointing import describe_kept, write_errors_reported
-    from src.tools.preemption import StopRequest
-
     deadline = 2 * cfg.cluster_timeout + 60 if ctx.distributed else None
     with data_and_results(cfg, ctx, output_dir, check_inputs), StopRequest(deadline) as stop_request, \
             write_errors_reported(lambda: describe_kept(output_dir)):
