@@ -15,11 +15,12 @@ from src.config import ARCH_NAMES, UserError
 
 RUN_MARKER = ".nfnet_run"
 # What train.py writes into a run directory (besides checkpoints).
-RUN_FILES = ("config.yaml", "train.log", "metrics.csv", "curves.png", "bad_files.txt", RUN_MARKER)
+RUN_FILES = ("config.yaml", "train.log", "metrics.csv", "metrics_steps.csv", "curves.png", "bad_files.txt",
+             RUN_MARKER)
 _RANK_LOG = re.compile(r"^train_rank\d+\.log$")
 _CHECKPOINT = re.compile(r"^(?P<prefix>[^.].*?)(-\d+_\d+|_best)\.ckpt$")
-# hidden temporaries of an interrupted write (checkpointing._PARTIAL_MARK, save_config's temp file)
-_TEMPORARY = re.compile(r"^\..*(\.partial-.*\.(ckpt|tmp)|\.yaml\.tmp)$")
+# hidden temporaries of an interrupted write (checkpointing._PARTIAL_MARK, the curves', save_config's)
+_TEMPORARY = re.compile(r"^\..*(\.partial-.*\.(ckpt|tmp|png)|\.yaml\.tmp)$")
 
 
 def is_run_file(name):

@@ -73,7 +73,8 @@ def test_metrics_and_log_of_the_killed_sessions_are_kept_and_appended_to(interru
     """Provokes: the same kills. What the first session wrote is still the beginning of train.log and of
     metrics.csv, and the last session appended its epoch."""
     out, seen = interrupted
-    assert seen["after_kill"] == [".nfnet_run", "config.yaml", "dm_nfnet_nano-1_7.ckpt", "metrics.csv", "train.log"]
+    assert seen["after_kill"] == [".nfnet_run", "config.yaml", "dm_nfnet_nano-1_7.ckpt", "metrics.csv",
+                                  "metrics_steps.csv", "train.log"]
     log = read_text(out / "train.log")
     assert log.startswith(seen["log"]) and f"epoch 2/2 step {seen['step']}/7 " in seen["log"]
     assert log.count("run directory ") == 3 and log.rstrip().endswith("steps skipped for non-finite values: 0")
