@@ -11,10 +11,14 @@ file is written atomically and an existing one is kept unless --overwrite. Every
 is portable, whichever machine writes it (native Conv2D operators, for Ascend 310/910,
 GPU, MindSpore Lite, ONNX); --conv_impl im2col_cpu writes a MINDIR for MindSpore's CPU
 backend only. --dynamic_batch gives an ONNX model a free batch axis.
+The checkpoint's data settings (arch, classes, test size and eval transform;
+src/data/data_settings.py) are used unless given on the command line, and written next to
+the model as <model file>.json for predict.py.
 """
 import sys
 
-from src.config import group_keys, parse_cli, run_cli
+from src.config import group_keys, parse_cli
+from src.errors import run_cli
 
 USED_KEYS = ("arch", "num_classes", "depths", "pretrained", "test_input_size", "use_ema",  # listed by --help
              *group_keys("export"), "device_target", "device_id")
@@ -39,11 +43,17 @@ def main(argv=None):
     args, cfg = parse_cli(argv, description="Export NFNet as MINDIR, ONNX or AIR.",
                           add_script_args=add_script_args, shown_keys=USED_KEYS)
     checkpoint = resolve_checkpoint(args.checkpoint, cfg.pretrained)
+    from src.data.data_settings import applied_note, apply_settings, read_checkpoint_settings
+
+    record = read_checkpoint_settings(checkpoint)  # None for a missing file: run_export reports it
+    cfg, changed = apply_settings(cfg, record, explicit=args.cli_keys)
+    if changed:
+        print(applied_note(changed, checkpoint))
 
     from src.deploy.export import run_export
 
     run_export(cfg, checkpoint, overwrite=args.overwrite, conv_impl=args.conv_impl,
-               dynamic_batch=args.dynamic_batch)
+               dynamic_batch=args.dynamic_batch, record=record)
 
 
 if __name__ == "__main__":

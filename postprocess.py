@@ -9,7 +9,7 @@ Prints the accuracy and image count and writes them as JSON with the keys eval.p
 import argparse
 import json
 
-from src.config import run_cli
+from src.errors import run_cli
 
 
 def parse_args(argv=None):

@@ -9,6 +9,12 @@ distributed run rank 0 alone decides on it and writes these; rank r logs to trai
 With enable_modelarts, data_url is copied to data_path first and the run directory goes to
 train_url at the end (src/tools/modelarts.py).
 
+Every checkpoint carries the run's class names and evaluation transform
+(src/data/data_settings.py), so eval.py, export.py, preprocess.py and predict.py need no
+config to agree with it. Fine-tuning (--pretrained <ckpt> --finetune): train.log lists
+what was loaded and what was re-initialized. --max_steps N ends the run after N train
+steps with a checkpoint; --resume auto continues with the next epoch.
+
 Exit status: 0 done (also: --resume auto of a finished run, which changes nothing); 1 training
 diverged or a rank was lost; 2 a one-line `error:` (a setting, the data, a checkpoint, a write the
 filesystem refused); 143 / 130 stopped by SIGTERM / Ctrl-C after writing a mid-epoch checkpoint
@@ -17,14 +23,23 @@ that --resume auto continues from (src/tools/preemption.py).
 import os
 import time
 
-from src.config import SCHEMA, UserError, group_keys, parse_cli, run_cli, save_config
+from src.config import SCHEMA, group_keys, parse_cli, save_config
+from src.errors import UserError, run_cli
 
 USED_KEYS = tuple(key for key in SCHEMA if key not in group_keys("export"))  # listed by --help
 
 
+def add_train_args(parser):
+    parser.add_argument("--max_steps", type=int, metavar="N",
+                        help="end the run after N train steps in all, with a checkpoint (smoke tests, short "
+                             "fine-tunes); --resume auto continues with the next epoch")
+
+
 def main(argv=None):
-    _, cfg = parse_cli(argv, description="Train an NFNet (YAML config, --key value overrides).",
-                       shown_keys=USED_KEYS)
+    args, cfg = parse_cli(argv, description="Train an NFNet (YAML config, --key value overrides).",
+                          add_script_args=add_train_args, shown_keys=USED_KEYS)
+    if args.max_steps is not None and args.max_steps < 1:
+        raise UserError(f"command line: --max_steps must be >= 1, got {args.max_steps}")
     from src.tools.context import fit_to_machine, init_context
     from src.tools.modelarts import check_before_init, data_and_results
     from src.tools.preemption import StopRequest, end_with_parent
@@ -44,7 +59,7 @@ def main(argv=None):
     deadline = 2 * cfg.cluster_timeout + 60 if ctx.distributed else None
     with data_and_results(cfg, ctx, output_dir, check_inputs), StopRequest(deadline) as stop_request, \
             write_errors_reported(lambda: describe_kept(output_dir)):
-        return train(cfg, ctx, output_dir, stop_request)
+        return train(cfg, ctx, output_dir, stop_request, max_steps=args.max_steps)
 
 
 def check_inputs(cfg):
@@ -87,9 +102,11 @@ def resume_point(cfg, ctx, output_dir, shape, log):
     return path, meta, (None, "continue", "finished")[status]
 
 
-def train(cfg, ctx, output_dir, stop_request=None):
+def train(cfg, ctx, output_dir, stop_request=None, max_steps=None):
     """Train in output_dir (decided by rank 0, every rank writes its log there); returns the exit status."""
     from src import builders
+    from src.data.data_settings import checkpoint_entry, settings_from_config
+    from src.data.folder import split_classes
     from src.tools.checkpointing import CheckpointManager, check_resume, load_training_state
     from src.tools.criterion import create_loss
     from src.tools.framework_warnings import divert_framework_warnings
@@ -128,13 +145,14 @@ def train(cfg, ctx, output_dir, stop_request=None):
     lr_schedule, peak_lr, global_batch = builders.build_lr_schedule(cfg, steps_per_epoch, ctx.group_size)
     log(f"global batch {global_batch}, peak lr {peak_lr:.6g}, {steps_per_epoch} optimizer steps per epoch")
 
-    network = builders.build_network(cfg, checkpoint_path=cfg.pretrained)
+    network = builders.build_network(cfg, checkpoint_path=cfg.pretrained, log_fn=log)
     loss_fn = create_loss(label_smoothing=cfg.label_smoothing, soft_targets=mixup is not None)
     optimizer = builders.build_optimizer(cfg, network, lr_schedule)
     train_cell, run = builders.build_trainer(cfg, network, loss_fn, optimizer)
 
+    record = settings_from_config(cfg, split_classes(cfg.data_path, cfg.train_split))
     manager = CheckpointManager(output_dir, cfg.arch, cfg.keep_checkpoint_max, is_main=ctx.is_main,
-                                run_meta=dict(shape, steps_per_epoch=micro_steps))
+                                run_meta=dict(shape, steps_per_epoch=micro_steps), extra_meta=checkpoint_entry(record))
     if resume_path:
         state = load_training_state(train_cell, resume_path)
         manager.best_top1 = state["best_top1"]
@@ -151,16 +169,25 @@ def train(cfg, ctx, output_dir, stop_request=None):
     callbacks = builders.build_callbacks(cfg, ctx, log, output_dir, manager, train_cell, eval_fn, micro_steps,
                                          lr_schedule, resumed=bool(resumed), stop_request=stop_request,
                                          skip_steps=skip_steps)
+    limit = None
+    if max_steps is not None:
+        from src.tools.callbacks import ProgressLogger, StepLimit
+
+        limit = StepLimit(max_steps)
+        next(c for c in callbacks if isinstance(c, ProgressLogger)).max_steps = max_steps  # its ETA
     from src.data.dataset import reported_data_errors
     from src.tools.callbacks import NonFiniteLossGuard, StopOnSignal
 
     start = time.time()
     with reported_data_errors():
-        run(train_ds, callbacks, start_epoch, rest_of_epoch)
+        # StepLimit first: ProgressLogger logs the step that ends the run
+        run(train_ds, [limit] + callbacks if limit else callbacks, start_epoch, rest_of_epoch)
     log(f"training finished in {(time.time() - start) / 60:.1f} min; steps skipped for non-finite values: "
         f"{int(train_cell.overflow_count.asnumpy())}")
     if manager.best_top1 is not None:
         log(f"best top1 {manager.best_top1:.4f}: {manager.best_path}")
+    if limit is not None and limit.reached:
+        log(f"stopped at --max_steps {max_steps}: {manager.latest_path} (--resume auto continues with the next epoch)")
     guard = next(c for c in callbacks if isinstance(c, NonFiniteLossGuard))
     if guard.stopped:
         log(guard.message)

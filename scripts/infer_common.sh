@@ -106,8 +106,10 @@ python_flow() {  # python_flow <--mindir_path|--onnx_path>: preprocess -> src.de
   local num_classes
   num_classes="$(config_value num_classes)"
   rm -rf "$OUT_DIR/preprocess_Result" "$OUT_DIR/result_Files" "$OUT_DIR/time_Result"
+  local settings=()  # the data settings export.py wrote beside the model (src/data/data_settings.py)
+  [ -f "$MINDIR_PATH.json" ] && settings=(--model "$MINDIR_PATH")
   step preprocess "$OUT_DIR/preprocess.log" \
-    "$PYTHON" "$ROOT/preprocess.py" --config "$CONFIG" --data_path "$DATASET_PATH" \
+    "$PYTHON" "$ROOT/preprocess.py" --config "$CONFIG" "${settings[@]}" --data_path "$DATASET_PATH" \
     --output_path "$OUT_DIR/preprocess_Result"
   step inference "$OUT_DIR/infer.log" \
     env PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m src.deploy.infer_cpu \

@@ -55,8 +55,10 @@ fi
 NUM_CLASSES="$(config_value num_classes)"
 
 rm -rf "$OUT_DIR/preprocess_Result" "$OUT_DIR/result_Files" "$OUT_DIR/time_Result"
+settings=()  # the data settings export.py wrote beside the model (src/data/data_settings.py)
+[ -f "$MINDIR_PATH.json" ] && settings=(--model "$MINDIR_PATH")
 step preprocess "$OUT_DIR/preprocess.log" \
-  "$PYTHON" "$ROOT/preprocess.py" --config "$CONFIG" --data_path "$DATASET_PATH" \
+  "$PYTHON" "$ROOT/preprocess.py" --config "$CONFIG" "${settings[@]}" --data_path "$DATASET_PATH" \
   --output_path "$OUT_DIR/preprocess_Result"
 if [ -z "${INFER_APP:-}" ]; then
   step build "$OUT_DIR/build.log" env PYTHON="$PYTHON" bash "$ROOT/ascend310_infer/build.sh"

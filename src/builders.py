@@ -7,35 +7,76 @@ them, so train.py and eval.py cannot disagree on, say, the evaluation transform.
 import os
 
 
-def build_network(cfg, checkpoint_path=None, checkpoint_prefix="", finetune=None):
-    """create_model with the config's architecture, classes and regularization."""
+def build_network(cfg, checkpoint_path=None, checkpoint_prefix="", finetune=None, log_fn=None, fast_forms=True):
+    """create_model with the config's architecture, classes and regularization.
+
+    fast_forms: the backend's fast forms for training and evaluation (on CPU, where training
+    is float32: src/models/layers/config.py); export builds with False, the plain forms.
+    With log_fn, what was loaded from the checkpoint and what was re-initialized (and why)
+    is logged (train.py: the pretrained weights of a fine-tune).
+    """
     from src.models import create_model
 
-    return create_model(cfg.arch, num_classes=cfg.num_classes, drop_rate=cfg.drop_rate,
-                        drop_path_rate=cfg.drop_path_rate, drop_path_mode=cfg.drop_path_mode,
-                        checkpoint_path=checkpoint_path, checkpoint_prefix=checkpoint_prefix,
-                        finetune=cfg.finetune if finetune is None else finetune)
+    report = {}
+    finetune = cfg.finetune if finetune is None else finetune
+    network = create_model(cfg.arch, num_classes=cfg.num_classes, drop_rate=cfg.drop_rate,
+                           drop_path_rate=cfg.drop_path_rate, drop_path_mode=cfg.drop_path_mode,
+                           checkpoint_path=checkpoint_path, checkpoint_prefix=checkpoint_prefix,
+                           finetune=finetune, load_report=report, fast_forms=fast_forms)
+    if checkpoint_path and log_fn is not None:
+        for line in describe_weights_loaded(report, checkpoint_path, checkpoint_prefix, cfg.num_classes):
+            log_fn(line)
+    return network
 
 
-def build_eval_transform(cfg):
-    """THE evaluation transform (eval.py, evaluation during training, preprocess.py)."""
+def describe_weights_loaded(report, checkpoint_path, prefix, num_classes):
+    """Log lines for a load_model_weights report: what was loaded, ignored, re-initialized and why."""
+    total = len(report["loaded"]) + len(report["kept"])
+    where = f" (entries under {prefix!r})" if prefix else ""
+    lines = [f"pretrained weights: loaded {len(report['loaded'])} of the network's {total} tensors from "
+             f"{checkpoint_path}{where}"
+             + (f"; ignored {report['ignored']} other entries (optimizer state, EMA copies, metadata)"
+                if report["ignored"] else "")]
+    if report["kept"]:
+        shapes = ", ".join(f"{name} {stored} -> {own}" for name, (stored, own) in sorted(report["kept"].items()))
+        stored_classes = next(iter(report["kept"].values()))[0][0]
+        lines.append(f"re-initialized {len(report['kept'])} tensors (finetune): the checkpoint's classifier has "
+                     f"{stored_classes} classes, this run {num_classes}: {shapes}")
+    else:
+        lines.append("re-initialized nothing: every tensor of the network came from the checkpoint")
+    return lines
+
+
+def build_eval_transform(cfg, record=None):
+    """THE evaluation transform (eval.py, evaluation during training, preprocess.py, predict.py).
+
+    `record`: data settings carried by a checkpoint (src.data.data_settings), for its mean/std;
+    its other settings are applied to `cfg` beforehand (apply_settings).
+    """
+    from src.data.data_settings import normalization
     from src.data.transforms import create_eval_transform
 
+    mean, std = normalization(record)
     return create_eval_transform(cfg.test_input_size, crop_pct=cfg.crop_pct, crop_mode=cfg.eval_crop_mode,
-                                 interpolation=cfg.interpolation)
+                                 interpolation=cfg.interpolation, mean=mean, std=std)
 
 
 def _shards(ctx):
     return dict(num_shards=ctx.group_size, shard_id=ctx.rank) if ctx.distributed else {}
 
 
-def build_eval_dataset(cfg, ctx, bad_file_log=None):
-    """The evaluation pipeline: every image of the val split exactly once, sharded by rank."""
+def build_eval_dataset(cfg, ctx, bad_file_log=None, record=None, class_names=None):
+    """The evaluation pipeline: every image of the val split exactly once, sharded by rank.
+
+    record, class_names: a checkpoint's data settings (mean/std) and class list (labels are
+    positions in it, see src.data.folder.scan_image_folder).
+    """
     from src.data import create_dataset
 
     return create_dataset(cfg.data_path, cfg.val_split, False, cfg.eval_batch_size or cfg.batch_size,
-                          build_eval_transform(cfg), num_parallel_workers=cfg.num_parallel_workers,
-                          strict_data=cfg.strict_data, bad_file_log=bad_file_log, **_shards(ctx))
+                          build_eval_transform(cfg, record), num_parallel_workers=cfg.num_parallel_workers,
+                          strict_data=cfg.strict_data, bad_file_log=bad_file_log, class_names=class_names,
+                          **_shards(ctx))
 
 
 def build_train_dataset(cfg, ctx, start_epoch=0, bad_file_log=None, skip_batches=0):

@@ -8,10 +8,11 @@ in three layers, later layers winning:
 
 Everything is checked (unknown keys, types, ranges, combinations) before any heavy
 import, and every mistake is reported as a one-line `ConfigError` that names the file or
-flag, the key, the bad value and what is allowed. `run_cli` turns that into
+flag, the key, the bad value and what is allowed. `src.errors.run_cli` turns that into
 `error: <message>` on stderr and exit code 2.
 
-This module must stay light: it imports only the standard library and PyYAML, so that
+This module must stay light: it imports only the standard library, PyYAML and the two
+standard-library-only modules below it (src/errors.py, src/variants.py), so that
 `python train.py --bad_key 1` fails in a fraction of a second and `src` can be used as a
 library without a command line.
 
@@ -22,7 +23,7 @@ Typical entry point::
         ...
 
     if __name__ == "__main__":
-        run_cli(main)
+        run_cli(main)  # from src.errors
 """
 import argparse
 import copy
@@ -30,42 +31,19 @@ import difflib
 import math
 import os
 import re
-import sys
 import tempfile
 from dataclasses import dataclass
 from typing import Optional
 
 import yaml
 
-# Names registered by src.models (see src.models.list_models()). Kept here as a static
-# tuple so that checking a config never imports MindSpore; tests/test_config.py checks
-# that the two agree.
-ARCH_NAMES = (
-    "dm_nfnet_f0", "dm_nfnet_f1", "dm_nfnet_f2", "dm_nfnet_f3",
-    "dm_nfnet_f4", "dm_nfnet_f5", "dm_nfnet_f6",
-    "dm_nfnet_nano",  # the small CPU demo variant
-)
+from src.errors import UserError, one_line as _one_line
+from src.variants import VARIANTS
 
-# Stage depths of each arch (the spec's variant table; nano is this project's demo net).
-# `depths` in a config must agree with its arch, so that a YAML never claims a network
-# other than the one that is built.
-ARCH_DEPTHS = {
-    "dm_nfnet_f0": (1, 2, 6, 3),
-    "dm_nfnet_f1": (2, 4, 12, 6),
-    "dm_nfnet_f2": (3, 6, 18, 9),
-    "dm_nfnet_f3": (4, 8, 24, 12),
-    "dm_nfnet_f4": (5, 10, 30, 15),
-    "dm_nfnet_f5": (6, 12, 36, 18),
-    "dm_nfnet_f6": (7, 14, 42, 21),
-    "dm_nfnet_nano": (1, 1, 1, 1),
-}
-
-
-class UserError(ValueError):
-    """A mistake of the user's (config, data layout, checkpoint), reported in one line.
-
-    Entry points run under `run_cli`, which prints it as `error: <message>` and exits 2.
-    """
+# The arch names and F0's row come from the variant table (src/variants.py), which the
+# model builds its networks from too; F0's row gives the schema's per-variant defaults.
+ARCH_NAMES = tuple(VARIANTS)
+_F0 = VARIANTS["dm_nfnet_f0"]
 
 
 class ConfigError(UserError):
@@ -116,9 +94,9 @@ GROUPS = {
     "model": (
         Field("arch", str, "dm_nfnet_f0", "network name in the model registry", choices=ARCH_NAMES),
         Field("num_classes", int, 1000, "number of classes (size of the classifier)", low=1, high=1_000_000),
-        Field("depths", list, [1, 2, 6, 3], "blocks per stage; must match arch",
+        Field("depths", list, list(_F0.depths), "blocks per stage; must match arch",
               item=int, length=4, **AT_LEAST_ONE),
-        Field("drop_rate", float, 0.2, "dropout before the classifier", **RATE),
+        Field("drop_rate", float, _F0.drop_rate, "dropout before the classifier", **RATE),
         Field("drop_path_rate", float, 0.25, "stochastic-depth rate of the deepest block", **RATE),
         Field("drop_path_mode", str, "deepmind",
               "deepmind: rate*i/N, no rescale; timm: linspace, rescaled by 1/keep",
@@ -135,8 +113,8 @@ GROUPS = {
         Field("train_split", str, "train", "training sub-folder of data_path"),
         Field("val_split", str, "val", "validation sub-folder of data_path"),
         Field("num_parallel_workers", int, 16, "data-loading workers per process", low=1, high=256),
-        Field("input_size", int, 192, "training crop size in pixels", low=64, high=MAX_PIXELS),
-        Field("test_input_size", int, 256, "evaluation crop size in pixels", low=64, high=MAX_PIXELS),
+        Field("input_size", int, _F0.train_size, "training crop size in pixels", low=64, high=MAX_PIXELS),
+        Field("test_input_size", int, _F0.test_size, "evaluation crop size in pixels", low=64, high=MAX_PIXELS),
         # pixels (the seed's form, DeepMind's eval): squash-resize to test_input_size + crop_pct,
         # then center crop. squash / shorter (timm's form): resize the whole image (squash) or
         # its shorter side to test_input_size / crop_pct, then center crop.
@@ -539,7 +517,7 @@ def _describe_type(field):
 
 def _check_combinations(v, at):
     """Checks that involve several keys; `at(*keys)` names whichever of them was set last."""
-    expected = list(ARCH_DEPTHS[v["arch"]])
+    expected = list(VARIANTS[v["arch"]].depths)
     if v["depths"] != expected:
         raise ConfigError(f"{at('depths', 'arch')}: depths {v['depths']} do not match arch "
                           f"{v['arch']}, whose depths are {expected} (change both, or use that "
@@ -605,10 +583,6 @@ def _show(value, limit=60):
     return f"{_one_line(text)} ({type(value).__name__})"
 
 
-def _one_line(text):
-    return " ".join(str(text).split())
-
-
 # --------------------------------------------------------------------------- command line
 
 class _ArgumentParser(argparse.ArgumentParser):
@@ -653,6 +627,7 @@ def parse_cli(argv=None, description="", add_script_args=None, shown_keys=None):
     --config PATH is loaded as YAML, then every --<key> VALUE (or --key=VALUE) overrides
     it. A value is read as YAML (so 0.2, false, [1,2,6,3] and null work) and checked like
     a YAML value; for text keys the value is taken verbatim. A bool flag alone means true.
+    `script_args.cli_keys` is the set of config keys given on the command line.
     """
     parser = build_parser(description, add_script_args, shown_keys)
     namespace, unknown = parser.parse_known_args(argv)
@@ -669,6 +644,7 @@ def parse_cli(argv=None, description="", add_script_args=None, shown_keys=None):
     if script_args.config is not None:
         layers.append(_Layer(script_args.config, _read_yaml(script_args.config)))
     layers.append(_Layer(_CLI, cli_values, flags=True))
+    script_args.cli_keys = frozenset(cli_values)  # what the user set by hand (e.g. over a checkpoint's settings)
     return script_args, _resolve(layers)
 
 
@@ -768,17 +744,3 @@ def save_config(cfg, path):
             os.remove(tmp)
         raise
 
-
-def run_cli(main_fn, *args, **kwargs):
-    """Run an entry point's main() and exit with its return code (None means 0).
-
-    A UserError (ConfigError, DatasetError, CheckpointError, ...) becomes `error: <message>`
-    on one stderr line and exit code 2, without a traceback: the user made a mistake, the
-    program did not.
-    """
-    try:
-        code = main_fn(*args, **kwargs)
-    except UserError as e:
-        print(f"error: {_one_line(e)}", file=sys.stderr)
-        sys.exit(2)
-    sys.exit(code or 0)

@@ -7,8 +7,9 @@ import sys
 import pytest
 import yaml
 
-from src.config import (ARCH_DEPTHS, ARCH_NAMES, SCHEMA, Config, ConfigError, load_config,
-                        parse_cli, run_cli, save_config)
+from src.config import (SCHEMA, Config, ConfigError, load_config,
+                        parse_cli, save_config)
+from src.errors import run_cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG_DIR = os.path.join(ROOT, "src", "configs")
@@ -99,12 +100,14 @@ def test_demo_yaml_is_a_small_cpu_run():
     assert cfg.eval_while_train and cfg.num_parallel_workers == 2
 
 
-def test_static_arch_table_agrees_with_the_model_registry():
+def test_variant_table_is_what_the_schema_allows_and_the_registry_builds():
     from src import models
+    from src.variants import VARIANTS as TABLE
 
-    assert set(ARCH_NAMES) <= set(models.list_models())
-    for name in ARCH_NAMES:
-        assert tuple(models.MODEL_CFGS[name].depths) == ARCH_DEPTHS[name], name
+    assert set(SCHEMA["arch"].choices) == set(TABLE) <= set(models.list_models())
+    for name, variant in TABLE.items():
+        cfg = models.MODEL_CFGS[name]
+        assert (cfg.depths, cfg.channels) == (variant.depths, variant.widths), name
 
 
 # --------------------------------------------------------------------------- command line
@@ -293,7 +296,8 @@ def test_entry_point_process_exits_2_without_traceback_or_mindspore(tmp_path):
     script.write_text(
         "import sys\n"
         f"sys.path.insert(0, {ROOT!r})\n"
-        "from src.config import parse_cli, run_cli\n"
+        "from src.config import parse_cli\n"
+        "from src.errors import run_cli\n"
         "def main():\n"
         "    args, cfg = parse_cli()\n"
         "    assert 'mindspore' not in sys.modules\n"

@@ -57,7 +57,7 @@ def test_standalone_cpu_launcher_streams_the_run_to_the_console_and_the_log(tiny
 
 # entry point -> (options its --help must list, options it must not list)
 ENTRY_HELP = {
-    "train.py": (["--base_lr", "--mix_up", "--resume", "--data_path", "--device_target"],
+    "train.py": (["--base_lr", "--mix_up", "--resume", "--data_path", "--device_target", "--max_steps"],
                  ["--file_format", "--export_batch_size", "--checkpoint "]),
     "eval.py": (["--checkpoint", "--data_path", "--val_split", "--test_input_size", "--use_ema", "--device_target"],
                 ["--base_lr", "--mix_up", "--auto_augment", "--file_format", "--resume", "--epochs"]),
@@ -66,6 +66,8 @@ ENTRY_HELP = {
     "preprocess.py": (["--output_path", "--data_path", "--test_input_size", "--crop_pct"],
                       ["--base_lr", "--mix_up", "--epochs", "--device_target", "--use_ema"]),
     "postprocess.py": (["--result_path", "--label_path"], ["--base_lr", "--data_path"]),
+    "predict.py": (["--checkpoint", "--model", "--topk", "--output", "--test_input_size", "--device_target"],
+                   ["--base_lr", "--mix_up", "--data_path", "--epochs", "--file_format"]),
 }
 
 

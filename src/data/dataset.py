@@ -53,7 +53,7 @@ import numpy as np
 import mindspore.dataset as ds
 
 from .folder import DatasetError, IMG_EXTENSIONS, check_dataset_layout, scan_image_folder  # noqa: F401 (re-export)
-from .to_mindrecord import is_mindrecord_split, mindrecord_files
+from .to_mindrecord import is_mindrecord_split, mindrecord_files, read_classes
 from .transforms import UnreadableImageError, load_image
 
 _logger = logging.getLogger(__name__)
@@ -377,7 +377,7 @@ def create_mixup(mix_up=0.0, cutmix=0.0, cutmix_minmax=None, mixup_prob=1.0, swi
 def create_dataset(data_path, split, is_training, batch_size, transform, num_parallel_workers=2, shuffle=None,
                    num_shards=None, shard_id=None, drop_remainder=None, seed=0, mixup=None, strict_data=False,
                    start_epoch=0, bad_file_log=None, python_multiprocessing=DEFAULT_PYTHON_MULTIPROCESSING,
-                   skip_batches=0):
+                   skip_batches=0, class_names=None):
     """Batched mindspore.dataset pipeline over ``data_path/split`` (columns: see the module docstring).
 
     Args:
@@ -401,6 +401,8 @@ def create_dataset(data_path, split, is_training, batch_size, transform, num_par
         python_multiprocessing: process workers (default, measured faster) or threads.
         skip_batches: training only: leave out the first batches of each epoch (the rest of an epoch
             that a stopped run had begun; image folders only).
+        class_names: the model's classes in label order (from its checkpoint): a folder's label is
+            its position there (the folders may be a subset); default: the sorted folder names.
     """
     if (num_shards is None) != (shard_id is None):
         raise ValueError("num_shards and shard_id must be given together")
@@ -417,6 +419,10 @@ def create_dataset(data_path, split, is_training, batch_size, transform, num_par
     if is_mindrecord_split(data_path, split):
         if skip_batches:
             raise DatasetError(f"{data_path}: a MindRecord split cannot resume in the middle of an epoch")
+        stored = read_classes(data_path, split)
+        if class_names is not None and list(stored) != list(class_names):
+            raise DatasetError(f"{os.path.join(data_path, split)}: its classes ({len(stored)}) are not the model's "
+                               f"({len(class_names)}) in the same order; convert the image folder again")
         if is_training and getattr(mixup, "mixes_pairs", False):
             raise DatasetError(f"{data_path}: MindRecord training data does not support mix_scheme deepmind "
                                f"(image pairs); use the image folder")
@@ -424,12 +430,10 @@ def create_dataset(data_path, split, is_training, batch_size, transform, num_par
                                           workers, shuffle, num_shards, shard_id, drop_remainder, mixup, seed,
                                           start_epoch, python_multiprocessing)
     split_dir = os.path.join(data_path, split)
-    samples, _ = scan_image_folder(split_dir)
+    samples, _ = scan_image_folder(split_dir, class_names)
 
     def load_in_workers(source, columns, **sampling):
-        keys = ds.GeneratorDataset(_Keys(len(source)), ["key"], **sampling)
-        return keys.map(source, input_columns=["key"], output_columns=columns, num_parallel_workers=workers,
-                        python_multiprocessing=python_multiprocessing and workers > 1)
+        return _load_in_workers(source, columns, workers, python_multiprocessing, **sampling)
 
     if not is_training:
         source = EvalSource(samples, transform, num_shards, shard_id, strict_data, bad_file_log, batch_size)
@@ -460,6 +464,29 @@ def create_dataset(data_path, split, is_training, batch_size, transform, num_par
     return dataset.batch(batch_size, drop_remainder=drop_remainder, num_parallel_workers=1,
                          input_columns=["image", "label"], output_columns=["image", "label"],
                          per_batch_map=MixupBatch(mixup, seed, start_epoch, skip_batches))
+
+
+def _load_in_workers(source, columns, workers, python_multiprocessing, **sampling):
+    """GeneratorDataset of the sampler's keys, mapped through `source` in `workers` workers (see the module doc)."""
+    keys = ds.GeneratorDataset(_Keys(len(source)), ["key"], **sampling)
+    return keys.map(source, input_columns=["key"], output_columns=columns, num_parallel_workers=workers,
+                    python_multiprocessing=python_multiprocessing and workers > 1)
+
+
+def create_file_dataset(paths, batch_size, transform, num_parallel_workers=2, strict_data=False, bad_file_log=None,
+                        python_multiprocessing=DEFAULT_PYTHON_MULTIPROCESSING):
+    """The evaluation pipeline over a list of image files (predict.py): columns image, index, valid.
+
+    `index` is the row's position in `paths`; `valid` is 0 for an unreadable file (skipped and
+    listed in bad_file_log, or an error with strict_data, as in evaluation).
+    """
+    if not paths:
+        raise DatasetError("no images to read")
+    source = EvalSource([(path, i) for i, path in enumerate(paths)], transform, strict_data=strict_data,
+                        bad_file_log=bad_file_log)
+    dataset = _load_in_workers(source, ["image", "index", "valid"], max(1, int(num_parallel_workers)),
+                               python_multiprocessing, shuffle=False)
+    return dataset.batch(batch_size, drop_remainder=False)
 
 
 class MindRecordDecode:

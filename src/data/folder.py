@@ -7,7 +7,7 @@ import collections
 import os
 import sys
 
-from src.config import UserError
+from src.errors import UserError
 
 from .to_mindrecord import is_mindrecord_split, read_classes
 
@@ -104,12 +104,14 @@ def describe_skipped(split_dir, skipped, limit=5):
     return f"{split_dir}: skipped {len(skipped)} entries ({counts}): {shown}{more}"
 
 
-def scan_image_folder(split_dir, skipped=None):
+def scan_image_folder(split_dir, class_names=None, skipped=None):
     """List the images of one split.
 
     Returns ``(samples, classes)``: ``samples`` is a list of ``(path, class_index)``
     sorted by class then path, ``classes`` the sorted class-folder names (the class
-    index is the position in this list, as in torchvision's ImageFolder).
+    index is the position in this list, as in torchvision's ImageFolder). With
+    ``class_names`` (a checkpoint's classes, in label order) the index is the folder's
+    position in that list instead; the folders may be any subset of it.
     Only names ending in one of ``IMG_EXTENSIONS`` (any case) are images; whether
     they decode is checked when they are loaded (see ``dataset.ImageFolderSource``).
 
@@ -120,9 +122,17 @@ def scan_image_folder(split_dir, skipped=None):
     without images, or class folders that hold no image.
     """
     classes = find_classes(split_dir)
+    index_of = {name: i for i, name in enumerate(classes)}
+    if class_names is not None:
+        index_of = {name: i for i, name in enumerate(class_names)}
+        unknown = [name for name in classes if name not in index_of]
+        if unknown:
+            raise DatasetError(f"class folders of {split_dir} that the model does not know: {_short_list(unknown)} "
+                               f"(its {len(class_names)} classes: {_short_list(class_names)})")
     samples, empty, seen = [], [], {}
     skipped = [] if skipped is None else skipped
-    for index, name in enumerate(classes):
+    for name in classes:
+        index = index_of[name]
         files = _list_images(os.path.join(split_dir, name), seen, skipped)
         if not files:
             empty.append(name)
@@ -134,15 +144,34 @@ def scan_image_folder(split_dir, skipped=None):
     return samples, classes
 
 
-def check_dataset_layout(data_path, train_split="train", val_split="val", num_classes=None, warn=None):
+def split_classes(data_path, split):
+    """The class names of ``data_path/split`` in label order (folder names; a MindRecord split's stored list)."""
+    if is_mindrecord_split(data_path, split):
+        return list(read_classes(data_path, split))
+    return find_classes(os.path.join(data_path, split))
+
+
+def resolve_split(data_path, split):
+    """(root, split) of the images to evaluate: ``data_path/split`` when it exists (a dataset root,
+    or a MindRecord split), else ``data_path`` itself as a folder of class folders (its parent
+    and its name)."""
+    if os.path.isdir(os.path.join(data_path, split)) or is_mindrecord_split(data_path, split):
+        return data_path, split
+    path = os.path.abspath(data_path)
+    return os.path.dirname(path), os.path.basename(path)
+
+
+def check_dataset_layout(data_path, train_split="train", val_split="val", num_classes=None, class_names=None,
+                         warn=None):
     """Check ``data_path/<train_split>`` and ``data_path/<val_split>`` before a model is built.
 
     Either split may be None to skip it (eval.py needs only the validation split).
     Raises DatasetError when a split is missing or empty, when the class folders
     differ between the splits (naming the classes only in one of them), or when
-    their number differs from ``num_classes``. Entries skipped in a split (see
-    ``scan_image_folder``) are reported in one `warning:` line per split through ``warn``
-    (default: stderr). Returns the sorted class names.
+    their number differs from ``num_classes``. Returns the sorted class names.
+    With ``class_names`` (a checkpoint's classes) the folders must be a subset of them
+    instead, in any number. Entries skipped in a split (see ``scan_image_folder``) are
+    reported in one `warning:` line per split through ``warn`` (default: stderr).
     """
     if warn is None:
         def warn(line):
@@ -158,7 +187,7 @@ def check_dataset_layout(data_path, train_split="train", val_split="val", num_cl
             found[split_dir] = read_classes(data_path, split)
         else:
             skipped = []
-            found[split_dir] = scan_image_folder(split_dir, skipped)[1]
+            found[split_dir] = scan_image_folder(split_dir, class_names, skipped)[1]
             if skipped:
                 warn(describe_skipped(split_dir, skipped))
     if not found:
@@ -170,6 +199,6 @@ def check_dataset_layout(data_path, train_split="train", val_split="val", num_cl
             parts = [f"only in {d}: {_short_list(names)}"
                      for d, names in ((first_dir, only_first), (other_dir, only_other)) if names]
             raise DatasetError("class folders differ between splits; " + "; ".join(parts))
-    if num_classes is not None and len(first) != num_classes:
+    if num_classes is not None and class_names is None and len(first) != num_classes:
         raise DatasetError(f"found {len(first)} class folders in {first_dir}, but num_classes is {num_classes}")
     return first

@@ -50,7 +50,8 @@ def check_device(device_target, file_format):
 
 
 def create_eval_network(cfg, checkpoint_path, use_ema=None):
-    """The eval-mode network of `cfg.arch` with the checkpoint's weights (EMA ones if asked and present).
+    """The eval-mode network of `cfg.arch` with the checkpoint's weights (EMA ones if asked and present),
+    in its plain forms: no backend fast forms (src/models/layers/fast_forms.py) to undo.
 
     Returns (network, prefix) where prefix tells which weights were loaded ("ema." or "").
     """
@@ -59,7 +60,8 @@ def create_eval_network(cfg, checkpoint_path, use_ema=None):
 
     use_ema = cfg.use_ema if use_ema is None else use_ema
     prefix = EMA_PREFIX if use_ema and checkpoint_has_prefix(checkpoint_path, EMA_PREFIX) else ""
-    network = build_network(cfg, checkpoint_path=checkpoint_path, checkpoint_prefix=prefix, finetune=False)
+    network = build_network(cfg, checkpoint_path=checkpoint_path, checkpoint_prefix=prefix, finetune=False,
+                            fast_forms=False)
     network.set_train(False)
     return network, prefix
 
@@ -82,7 +84,6 @@ def create_deploy_network(network, file_format="MINDIR", conv_impl="native", dyn
     if file_format == "ONNX":
         conv_impl = "native"
     folded = fold_weight_standardization(network, CONV_IMPLS[conv_impl])
-    use_operator_forms(folded)
     if file_format == "ONNX":
         use_elementary_gelu(folded)
     if dynamic_batch:
@@ -90,27 +91,6 @@ def create_deploy_network(network, file_format="MINDIR", conv_impl="native", dyn
 
         use_batch_free_cells(folded)
     return folded
-
-
-def use_operator_forms(network):
-    """Swap the fused CPU kernels of `network` (in place) for their MindSpore-operator forms; return the count.
-
-    The fused kernels (src/models/layers/cpu_kernels.py) live in a library built on this
-    machine, so an exported model must not refer to them. Folding has already replaced the
-    convolutions; the GELUs and the per-row scales (SE, DropPath) remain.
-    """
-    from src.models.layers import GammaAct
-    from src.models.layers.cpu_kernels import FusedMulRows, FusedScaledGELU
-
-    count = 0
-    for _, cell in network.cells_and_names():
-        if isinstance(cell, GammaAct) and isinstance(cell.fused_gelu, FusedScaledGELU):
-            cell.fused_gelu = None
-            count += 1
-        if isinstance(getattr(cell, "fused_mul_rows", None), FusedMulRows):
-            cell.fused_mul_rows = None
-            count += 1
-    return count
 
 
 def export_network(network, file_format, file_name, batch_size, image_size, overwrite=False, dynamic_batch=False):
@@ -151,8 +131,12 @@ def export_network(network, file_format, file_name, batch_size, image_size, over
     return path
 
 
-def run_export(cfg, checkpoint_path, overwrite=False, conv_impl="native", dynamic_batch=False, log=print):
+def run_export(cfg, checkpoint_path, overwrite=False, conv_impl="native", dynamic_batch=False, log=print,
+               record=None):
     """export.py's work: checks, eval network from the checkpoint, fold, write. Returns the path.
+
+    The data settings used (cfg's, with the checkpoint's `record` classes and mean/std) are
+    written next to the model as <model file>.json (src.data.data_settings.write_sidecar).
 
     Cheap checks (existing target, AIR off Ascend, unavailable device) come before the
     network is built, so a mistake costs no model loading.
@@ -173,9 +157,12 @@ def run_export(cfg, checkpoint_path, overwrite=False, conv_impl="native", dynami
     deployed = create_deploy_network(network, cfg.file_format, conv_impl, dynamic_batch)
     path = export_network(deployed, cfg.file_format, file_name, cfg.export_batch_size, cfg.test_input_size,
                           overwrite=overwrite, dynamic_batch=dynamic_batch)
+    from src.data.data_settings import effective_settings, write_sidecar
+
+    sidecar = write_sidecar(path, effective_settings(cfg, record))
     impls = "native" if cfg.file_format == "ONNX" else conv_impl
     size = cfg.test_input_size
     batch = "any" if dynamic_batch else cfg.export_batch_size
     log(f"exported {cfg.arch} ({'EMA' if prefix else 'raw'} weights of {checkpoint_path}) as {cfg.file_format}: "
-        f"{path} (input {batch}x3x{size}x{size} float32, {impls} convolutions)")
+        f"{path} (input {batch}x3x{size}x{size} float32, {impls} convolutions); data settings: {sidecar}")
     return path

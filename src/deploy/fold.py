@@ -21,9 +21,7 @@ from mindspore import Parameter, Tensor, nn
 
 from src.models.layers import ScaledStdConv2d
 from src.models.layers.conv2d_same import conv2d_same
-
-from .cells import replace_cells
-
+from src.models.layers.replace import replace_cells
 
 CONV_IMPLS = ("native", "matmul")
 

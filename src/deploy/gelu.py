@@ -23,8 +23,7 @@ import numpy as np
 from mindspore import Tensor, nn, ops
 
 from src.models.layers import GammaAct
-
-from .cells import replace_cells
+from src.models.layers.replace import replace_cells
 
 # P(t) = sum_k ERFC_COEFFS[k] * t**k (Numerical Recipes' published constants).
 ERFC_COEFFS = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806,

@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from src.config import run_cli
+from src.errors import run_cli
 
 from .binio import DTYPE, list_bins, mindir_input_shape, read_tensor, result_name, write_atomic, write_tensor
 from .errors import DeployError

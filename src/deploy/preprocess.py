@@ -18,8 +18,9 @@ from .progress import ProgressBar
 
 def resolve_split_dir(data_path, val_split):
     """`data_path/val_split` when that folder exists (a dataset root), else `data_path` itself."""
-    candidate = os.path.join(data_path, val_split)
-    return candidate if os.path.isdir(candidate) else data_path
+    from src.data.folder import resolve_split
+
+    return os.path.normpath(os.path.join(*resolve_split(data_path, val_split)))
 
 
 def _prepare_output(output_path, overwrite):
@@ -37,18 +38,18 @@ def _prepare_output(output_path, overwrite):
 
 
 def preprocess_folder(split_dir, output_path, transform, batch_size=1, strict_data=False, overwrite=False,
-                      progress=True):
+                      progress=True, class_names=None):
     """Write every image of `split_dir` (<class>/<image>) through `transform` as .bin files.
 
     Images go in scan_image_folder's order (class, then path), `batch_size` per file; the
     last file is padded with zero images, and labels.json lists only its real images.
     An unreadable image is skipped with a warning (evaluation counts it as invalid too),
     or is an error with `strict_data`. Returns a summary dict: count, files, skipped,
-    classes, images_dir, labels_path.
+    classes, images_dir, labels_path. class_names: the model's classes (labels are positions in it).
     """
     if batch_size < 1:
         raise DeployError(f"batch_size must be >= 1, got {batch_size}")
-    samples, classes = scan_image_folder(split_dir)  # DatasetError (a UserError) names the folder
+    samples, classes = scan_image_folder(split_dir, class_names)  # DatasetError (a UserError) names the folder
     images_dir = _prepare_output(output_path, overwrite)
     labels, sources, skipped = {}, {}, []
     batch, batch_labels, batch_sources = [], [], []

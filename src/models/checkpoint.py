@@ -4,7 +4,7 @@ import os
 import mindspore as ms
 from mindspore import Tensor
 
-from src.config import UserError
+from src.errors import UserError
 
 
 class CheckpointError(UserError):
@@ -46,10 +46,10 @@ def read_checkpoint(path):
     except Exception as exc:  # MindSpore raises ValueError/RuntimeError with multi-line text
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise CheckpointError(f"{path} is not a readable MindSpore checkpoint ({first})") from None
-    return {name: p.asnumpy() for name, p in params.items()}
+    return {name: p.asnumpy() for name, p in params.items() if not isinstance(p, str)}  # str: metadata
 
 
-def load_model_weights(network, checkpoint_path, prefix="", drop_head=False):
+def load_model_weights(network, checkpoint_path, prefix="", drop_head=False, report=None):
     """Copy the weights stored under `prefix` in `checkpoint_path` into `network`.
 
     Entries whose top-level name is not a child of the network (optimizer moments, step
@@ -58,7 +58,9 @@ def load_model_weights(network, checkpoint_path, prefix="", drop_head=False):
     under the network's own top-level names may be left over; otherwise CheckpointError
     lists the missing, unexpected and mis-shaped names. With drop_head=True (fine-tuning)
     a classifier of another class count keeps its fresh initialization instead.
-    Returns the list of parameter names that kept their initialization.
+    Returns the list of parameter names that kept their initialization. A `report` dict
+    receives what happened, for the log: loaded (names), kept {name: (checkpoint shape,
+    model shape)}, ignored (count of stored entries that are not this network's weights).
     """
     stored = read_checkpoint(checkpoint_path)
     own = dict(network.parameters_and_names())
@@ -91,6 +93,9 @@ def load_model_weights(network, checkpoint_path, prefix="", drop_head=False):
         if name in kept:
             continue
         param.set_data(Tensor(weights[name].reshape(param.shape), dtype=param.dtype))
+    if report is not None:
+        report.update(loaded=sorted(set(own) - set(kept)), ignored=len(stored) - len(weights),
+                      kept={n: (tuple(weights[n].shape), tuple(own[n].shape)) for n in kept})
     return kept
 
 

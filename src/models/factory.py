@@ -1,10 +1,12 @@
 """create_model: the single entry point scripts use to build a network."""
 from .checkpoint import load_model_weights
+from .layers import apply_fast_forms
 from .registry import model_entrypoint
 
 
 def create_model(name, num_classes=1000, drop_rate=0.0, drop_path_rate=0.0, drop_path_mode="deepmind",
-                 in_chans=3, checkpoint_path=None, checkpoint_prefix="", finetune=False):
+                 in_chans=3, checkpoint_path=None, checkpoint_prefix="", finetune=False, load_report=None,
+                 fast_forms=False):
     """Build a registered model and optionally load weights.
 
     Args:
@@ -18,9 +20,15 @@ def create_model(name, num_classes=1000, drop_rate=0.0, drop_path_rate=0.0, drop
             `python -m src.tools.convert_weights`).
         checkpoint_prefix: name prefix of the weights inside the checkpoint (e.g. "ema." for EMA weights).
         finetune: keep a freshly initialized classifier when the checkpoint's has another class count.
+        load_report: dict filled with what was loaded and re-initialized (see load_model_weights).
+        fast_forms: give the network this backend's fast forms (layers/fast_forms.py; which ones:
+            layers/config.py) for training or evaluation in float32; False: the plain forms (export).
     """
     network = model_entrypoint(name)(num_classes=num_classes, in_chans=in_chans, drop_rate=drop_rate,
                                      drop_path_rate=drop_path_rate, drop_path_mode=drop_path_mode)
     if checkpoint_path:
-        load_model_weights(network, checkpoint_path, prefix=checkpoint_prefix, drop_head=finetune)
+        load_model_weights(network, checkpoint_path, prefix=checkpoint_prefix, drop_head=finetune,
+                           report=load_report)
+    if fast_forms:
+        apply_fast_forms(network)
     return network

@@ -2,8 +2,8 @@
 
 The network follows DeepMind's nfnets/nfnet.py and is laid out like timm's
 dm_nfnet_* models (same module names and parameter shapes), so a timm checkpoint
-loads 1:1. Every architectural knob lives in `NfCfg`; a variant is one line in
-`MODEL_CFGS`.
+loads 1:1. Every architectural knob lives in `NfCfg`; a variant's widths and depths
+are its row of the variant table, src/variants.py.
 """
 import math
 from collections import OrderedDict
@@ -15,6 +15,8 @@ import numpy as np
 from mindspore import Parameter, Tensor, nn, ops
 from mindspore.common.initializer import Normal, Zero
 
+from src.variants import VARIANTS
+
 from .layers import DropPath, GammaAct, ScaledStdConv2d, SqueezeExcite
 from .layers.rowwise import mean_hw
 from .registry import register_model
@@ -25,7 +27,7 @@ class NfCfg:
     """Architecture of one NFNet variant (DeepMind's defaults for the F family)."""
 
     depths: Tuple[int, ...]
-    channels: Tuple[int, ...] = (256, 512, 1536, 1536)
+    channels: Tuple[int, ...]
     stem_chs: int = 128
     group_size: int = 128
     bottle_ratio: float = 0.5
@@ -35,8 +37,6 @@ class NfCfg:
     se_ratio: float = 0.5
     act_layer: str = "gelu"
     std_conv_eps: float = 1e-5
-    train_size: int = 192
-    test_size: int = 256
 
 
 def make_divisible(v, divisor=8):
@@ -44,17 +44,12 @@ def make_divisible(v, divisor=8):
     return max(divisor, int(v + divisor / 2) // divisor * divisor)
 
 
+# The nano demo net is also narrower inside: a smaller stem and groups of 16 channels.
+_NANO = dict(stem_chs=32, group_size=16)
+
 MODEL_CFGS = {
-    "dm_nfnet_f0": NfCfg(depths=(1, 2, 6, 3), train_size=192, test_size=256),
-    "dm_nfnet_f1": NfCfg(depths=(2, 4, 12, 6), train_size=224, test_size=320),
-    "dm_nfnet_f2": NfCfg(depths=(3, 6, 18, 9), train_size=256, test_size=352),
-    "dm_nfnet_f3": NfCfg(depths=(4, 8, 24, 12), train_size=320, test_size=416),
-    "dm_nfnet_f4": NfCfg(depths=(5, 10, 30, 15), train_size=384, test_size=512),
-    "dm_nfnet_f5": NfCfg(depths=(6, 12, 36, 18), train_size=416, test_size=544),
-    "dm_nfnet_f6": NfCfg(depths=(7, 14, 42, 21), train_size=448, test_size=576),
-    # Small variant for CPU demos and tests: every mechanism of the F family, ~1/100 of F0's width.
-    "dm_nfnet_nano": NfCfg(depths=(1, 1, 1, 1), channels=(64, 128, 256, 256), stem_chs=32,
-                           group_size=16, train_size=64, test_size=64),
+    name: NfCfg(depths=v.depths, channels=v.widths, **(_NANO if name == "dm_nfnet_nano" else {}))
+    for name, v in VARIANTS.items()
 }
 
 

@@ -24,12 +24,15 @@ from mindspore import Tensor
 from mindspore.train import Callback
 
 __all__ = ["ProgressLogger", "EvalCallback", "CheckpointCallback", "NonFiniteLossGuard", "BadFileReport",
-           "ResumePosition", "StopOnSignal", "epoch_record", "step_loss", "DIVERGED", "PREEMPTED"]
+           "ResumePosition", "StopOnSignal", "StepLimit", "epoch_record", "step_loss", "DIVERGED", "PREEMPTED",
+           "STEP_LIMIT_REACHED"]
 
 # cb_params key set by NonFiniteLossGuard when it stops a run.
 DIVERGED = "training_diverged"
 # cb_params key set by StopOnSignal when a signal stops a run (it has written the checkpoint).
 PREEMPTED = "training_preempted"
+# cb_params key set by StepLimit: the epoch it cuts short counts as ended (evaluated, saved).
+STEP_LIMIT_REACHED = "step_limit_reached"
 # cb_params key set by ResumePosition: steps of the current epoch run before this pass (a resumed epoch).
 _STEPS_BEFORE = "epoch_steps_before"
 _RECORD = "epoch_record"
@@ -78,9 +81,14 @@ class _EpochCallback(Callback):
         return cb_params.cur_step_num - getattr(self, "_epoch_start_step", 0)
 
     def _epoch_complete(self, cb_params):
-        """False when the epoch was cut short by a stop request; such epochs are not saved."""
-        return (self._epoch_steps(cb_params) >= cb_params.batch_num and not cb_params.get(DIVERGED)
-                and not cb_params.get(PREEMPTED))
+        """False when the epoch was cut short by a stop request (other than StepLimit's); such epochs are not saved."""
+        ended = self._epoch_steps(cb_params) >= cb_params.batch_num or cb_params.get(STEP_LIMIT_REACHED)
+        return bool(ended) and not cb_params.get(DIVERGED) and not cb_params.get(PREEMPTED)
+
+    def _due(self, cb_params, interval, total_epochs):
+        """Every `interval` epochs, after the last one and when StepLimit ended the run."""
+        epoch = cb_params.cur_epoch_num
+        return not epoch % interval or epoch == total_epochs or bool(cb_params.get(STEP_LIMIT_REACHED))
 
     def _global_step(self, cb_params):
         return (cb_params.cur_epoch_num - 1) * cb_params.batch_num + self._epoch_steps(cb_params)
@@ -115,6 +123,7 @@ class ProgressLogger(_EpochCallback):
         self.log_fn = log_fn
         self.is_main = is_main
         self.accumulation_step = max(1, int(accumulation_step))
+        self.max_steps = None  # train.py --max_steps: the ETA counts to it
         self._clock_start = None  # end of this session's first step: excludes graph compilation
         self._clock_steps = 0
 
@@ -149,7 +158,7 @@ class ProgressLogger(_EpochCallback):
         else:
             self._clock_steps += 1
         step = self._epoch_steps(cb)
-        if step % self.log_interval and step != self.steps_per_epoch:
+        if step % self.log_interval and step != self.steps_per_epoch and not cb.get(STEP_LIMIT_REACHED):
             return
         if self.is_main:
             self.log_fn(self._progress_line(cb, step, loss, now))
@@ -166,7 +175,8 @@ class ProgressLogger(_EpochCallback):
         if elapsed > 0:
             parts.append(f"{self._interval_steps * self.batch_size / elapsed:.1f} img/s")
         if self._clock_steps:
-            remaining = self.total_epochs * self.steps_per_epoch - global_step
+            last = self.total_epochs * self.steps_per_epoch
+            remaining = min(last, self.max_steps or last) - global_step
             # wall time per step, evaluations and checkpoints included
             parts.append(f"ETA {_format_seconds(remaining * (now - self._clock_start) / self._clock_steps)}")
         return " ".join(parts)
@@ -317,7 +327,7 @@ class EvalCallback(_EpochCallback):
     def on_train_epoch_end(self, run_context):
         cb = run_context.original_args()
         epoch = cb.cur_epoch_num
-        if epoch % self.eval_interval and epoch != self.total_epochs:
+        if not self._due(cb, self.eval_interval, self.total_epochs):
             return
         if not self._epoch_complete(cb):
             return
@@ -377,7 +387,7 @@ class CheckpointCallback(_EpochCallback):
     def on_train_epoch_end(self, run_context):
         cb = run_context.original_args()
         epoch = cb.cur_epoch_num
-        if epoch % self.save_every_epochs and epoch != self.total_epochs:
+        if not self._due(cb, self.save_every_epochs, self.total_epochs):
             return
         if not self._epoch_complete(cb):
             if cb.get(PREEMPTED):
@@ -463,3 +473,26 @@ class StopOnSignal(_EpochCallback):
             self.log_fn(f"stopped by {signal.Signals(signum).name} after epoch {epoch} step {step}/{cb.batch_num}: "
                         f"saved {self.path}; continue with --resume auto (exit status {exit_status(signum)})")
         run_context.request_stop()
+class StepLimit(_EpochCallback):
+    """Ends training after `max_steps` train steps in all (train.py --max_steps: a smoke test, a short fine-tune).
+
+    The stop comes at the end of the step that reaches the limit; the epoch in progress then
+    counts as ended (STEP_LIMIT_REACHED): it is evaluated and saved like a complete one, so
+    the run leaves a checkpoint, and `--resume auto` continues with the next epoch (the rest
+    of the cut epoch's data is not seen; the lr schedule continues from the step reached).
+    Steps are counted as the other callbacks count them, (epoch - 1) * steps_per_epoch + step.
+    """
+
+    def __init__(self, max_steps):
+        super().__init__()
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+        self.max_steps = int(max_steps)
+        self.reached = False
+
+    def on_train_step_end(self, run_context):
+        cb = run_context.original_args()
+        if self._global_step(cb) >= self.max_steps:
+            self.reached = True
+            cb[STEP_LIMIT_REACHED] = True
+            run_context.request_stop()

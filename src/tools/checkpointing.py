@@ -13,6 +13,7 @@ counter, ...) plus a few metadata entries stored through MindSpore's `append_dic
     batch_size, device_num, accumulation_step, steps_per_epoch, epochs
                 the run's shape: a resume that would change the step count or the schedule
                 is refused (check_resume), a longer `epochs` is logged as a changed schedule
+    data_settings  the run's classes and evaluation transform (src/data/data_settings.py)
 
 Files become visible only complete: `save_checkpoint_atomic` writes a hidden temporary
 file, fsyncs it and renames it into place, so a kill -9 at any moment leaves either the
@@ -29,7 +30,7 @@ import numpy as np
 import mindspore as ms
 from mindspore import Tensor
 
-from src.config import UserError
+from src.errors import UserError
 from src.models.checkpoint import CheckpointError, describe_mismatch
 
 __all__ = ["CheckpointError", "CheckpointManager", "OutputWriteError", "save_checkpoint_atomic",
@@ -37,6 +38,7 @@ __all__ = ["CheckpointError", "CheckpointManager", "OutputWriteError", "save_che
            "prepare_output_dir", "check_resume", "write_errors_reported", "CONFIG_DERIVED_PARAMS"]
 
 EPOCH_KEY, STEP_KEY, BEST_KEY, METRIC_PREFIX = "epoch_num", "step_num", "best_top1", "metric_"
+SETTINGS_KEY = "data_settings"  # src.data.data_settings.RECORD_KEY
 EPOCH_STEP_KEY = "epoch_step"
 # the run's shape, stored in every checkpoint (see check_resume)
 RUN_KEYS = ("batch_size", "device_num", "accumulation_step", "steps_per_epoch", "epochs")
@@ -60,7 +62,8 @@ CONFIG_DERIVED_PARAMS = ("learning_rate",)
 
 
 def _is_metadata(name):
-    return name in (EPOCH_KEY, STEP_KEY, BEST_KEY, EPOCH_STEP_KEY, *RUN_KEYS) or name.startswith(METRIC_PREFIX)
+    return (name in (EPOCH_KEY, STEP_KEY, BEST_KEY, EPOCH_STEP_KEY, SETTINGS_KEY, *RUN_KEYS)
+            or name.startswith(METRIC_PREFIX))
 
 
 def _first_line(exc):
@@ -170,15 +173,17 @@ class CheckpointManager:
     evaluation does not replace a better best checkpoint.
 
     With is_main=False (ranks other than 0) nothing is written and saves return None.
+    `extra_meta` entries (the run's data settings) go into every checkpoint.
     """
 
-    def __init__(self, output_dir, prefix, keep_max, is_main=True, run_meta=None):
+    def __init__(self, output_dir, prefix, keep_max, is_main=True, run_meta=None, extra_meta=None):
         if keep_max < 1:
             raise ValueError(f"keep_max must be >= 1, got {keep_max}")
         self.output_dir = os.path.abspath(output_dir)
         self.prefix = prefix
         self.keep_max = keep_max
         self.is_main = is_main
+        self.extra_meta = dict(extra_meta or {})
         self.best_top1 = None
         self.latest_path = None  # the last complete checkpoint this manager wrote
         self.run_meta = dict(run_meta or {})  # RUN_KEYS -> this run's values, stored in every checkpoint
@@ -203,7 +208,7 @@ class CheckpointManager:
         return [path for _, _, path in sorted(found)]
 
     def _meta(self, epoch, step):
-        meta = {EPOCH_KEY: int(epoch), STEP_KEY: int(step), **self.run_meta}
+        meta = {**self.extra_meta, EPOCH_KEY: int(epoch), STEP_KEY: int(step), **self.run_meta}
         if self.best_top1 is not None:
             meta[BEST_KEY] = float(self.best_top1)
         return meta

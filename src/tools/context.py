@@ -5,6 +5,8 @@ import re
 import sys
 from dataclasses import dataclass
 
+from src.errors import UserError
+
 # Environment variables set by MindSpore's launchers: msrun (MS_WORKER_NUM), an hccl rank
 # table on Ascend (RANK_SIZE), OpenMPI's mpirun on GPU (OMPI_COMM_WORLD_SIZE).
 _LAUNCHER_SIZE_VARS = ("MS_WORKER_NUM", "RANK_SIZE", "OMPI_COMM_WORLD_SIZE")
@@ -88,11 +90,11 @@ def set_cpu_threads(num=None):
     """
     import mindspore as ms
 
-    from src.models.layers import cpu_kernels
+    from src.models.layers.cpu_kernels import set_threads
 
     num = max(1, int(available_cores() if num is None else num))
     ms.device_context.cpu.op_tuning.threads_num(num)
-    cpu_kernels.set_threads(num)  # the fused kernels' threads, the same number
+    set_threads(num)  # the fused kernels' threads, the same number
 
 
 def available_cores():
@@ -127,8 +129,6 @@ def fit_to_machine(cfg, notice=print):
     names the fix (a UserError); num_parallel_workers above the cores is lowered to the core
     count (MindSpore's dataset rejects more) with a notice.
     """
-    from src.config import UserError
-
     if not device_available(cfg.device_target):
         import mindspore as ms
 

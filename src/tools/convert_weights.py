@@ -7,6 +7,10 @@ PyTorch .pth/.bin (read with torch when it is installed). The project's models u
 timm's parameter names and shapes (PyTorch OIHW convs, (out, in) linear), so the
 conversion is a 1:1 copy checked name by name and shape by shape. The architecture is
 inferred from the stage depths and widths unless --arch is given.
+
+The output also carries timm's pretrained evaluation settings for the variant (test size,
+crop_pct, squash crop, bicubic, mean/std; src/data/data_settings.py), which eval.py,
+preprocess.py, export.py and predict.py then use unless told otherwise on the command line.
 """
 import argparse
 import json
@@ -17,7 +21,7 @@ import sys
 
 import numpy as np
 
-from src.config import UserError
+from src.errors import UserError
 
 _SAFETENSORS_DTYPES = {
     "F64": np.float64, "F32": np.float32, "F16": np.float16,
@@ -129,19 +133,23 @@ def convert_state_dict(state, arch=None):
     return arch, num_classes, {n: np.asarray(state[n], dtype=np.float32).reshape(expected[n]) for n in expected}
 
 
-def save_checkpoint(weights, path):
-    """Write {name: array} as a MindSpore checkpoint, atomically (temporary file, then rename)."""
+def save_checkpoint(weights, path, append_dict=None):
+    """Write {name: array} (+ append_dict entries) as a MindSpore checkpoint, atomically (temporary file, then rename)."""
     import mindspore as ms
 
     # save_checkpoint appends ".ckpt" to other names; a hidden temporary is never taken for a result
     tmp = os.path.join(os.path.dirname(path) or ".", f".{os.path.basename(path)}.tmp-{os.getpid()}.ckpt")
-    ms.save_checkpoint([{"name": n, "data": ms.Tensor(a)} for n, a in weights.items()], tmp)
+    ms.save_checkpoint([{"name": n, "data": ms.Tensor(a)} for n, a in weights.items()], tmp, append_dict=append_dict)
     os.replace(tmp, path)
 
 
 def convert(input_path, output_path, arch=None):
+    """Convert; returns (arch, num_classes, tensor count). The output carries timm_pretrained_settings(arch)."""
+    from src.data.data_settings import checkpoint_entry, timm_pretrained_settings
+
     arch, num_classes, weights = convert_state_dict(read_timm_state_dict(input_path), arch)
-    save_checkpoint(weights, output_path)
+    record = timm_pretrained_settings(arch, num_classes)
+    save_checkpoint(weights, output_path, checkpoint_entry(record) if record else None)
     return arch, num_classes, len(weights)
 
 
@@ -161,6 +169,14 @@ def main(argv=None):
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"wrote {args.output}: {arch}, {num_classes} classes, {count} tensors")
+    from src.data.data_settings import apply_settings, describe_transform, timm_pretrained_settings
+
+    record = timm_pretrained_settings(arch, num_classes)
+    if record:
+        from src.config import load_config
+
+        cfg, _ = apply_settings(load_config(), record)
+        print(f"evaluation settings ({record['source']}): {describe_transform(cfg, record)}")
     return 0
 
 

@@ -19,7 +19,7 @@ import os
 import time
 from contextlib import contextmanager
 
-from src.config import UserError
+from src.errors import UserError
 
 LOCAL_DATA = "/cache/data"
 _COPIED_MARK = ".modelarts_copied"

@@ -19,7 +19,7 @@ import mindspore
 from mindspore import Tensor, nn, ops
 from mindspore.ops import composite as C
 
-from src.models.layers import cpu_kernels
+from src.models.layers import active_forms
 from src.models.layers.rowwise import mul_rows, rowwise
 
 __all__ = ["unitwise_norm", "adaptive_clip_grad", "SGDAGC",
@@ -148,6 +148,9 @@ class SGDAGC(nn.Optimizer):
             not clipped.
         loss_scale: a fixed loss scale that is still inside the gradients.
             Gradients are divided by it before clipping.
+        fused: AGC + weight decay as one fused CPU kernel per parameter (the same
+            arithmetic); None: when the fused CPU kernels are active
+            (src/models/layers/config.py).
 
     Loss scaling and data parallelism: ``TrainOneStepWithLossScaleCell``
     (dynamic or fixed scale with overflow skipping) unscales the gradients and
@@ -167,7 +170,7 @@ class SGDAGC(nn.Optimizer):
 
     def __init__(self, params, learning_rate, momentum=0.9, weight_decay=0.0, nesterov=True,
                  clipping=0.01, eps=1e-3, no_decay_keys=DEFAULT_NO_DECAY_KEYS,
-                 agc_exclude=DEFAULT_AGC_EXCLUDE, loss_scale=1.0):
+                 agc_exclude=DEFAULT_AGC_EXCLUDE, loss_scale=1.0, fused=None):
         params = list(params)
         if params and not all(isinstance(p, mindspore.Parameter) for p in params):
             raise TypeError("SGDAGC takes a list of Parameters; groups are chosen by name "
@@ -190,10 +193,11 @@ class SGDAGC(nn.Optimizer):
         self.clip_flags = tuple(self.clipping > 0 and not _matches(n, agc_exclude) for n in names)
         self.moments = self._parameters.clone(prefix="momentum", init="zeros")
         self.apply_momentum = ops.ApplyMomentum()
-        # on CPU AGC + weight decay as one fused kernel per parameter (src/models/layers/cpu_kernels.py)
         self.agc_kernel = self.agc_consts = None
-        if cpu_kernels.available():
-            self.agc_kernel = cpu_kernels.agc_decay_gradient_op()
+        if active_forms().fused_kernels if fused is None else fused:
+            from src.models.layers.cpu_kernels import agc_decay_gradient_op
+
+            self.agc_kernel = agc_decay_gradient_op()
             self.agc_consts = tuple(Tensor([self.clipping if clip else 0.0, self.eps, self.wd if decay else 0.0],
                                            mindspore.float32)
                                     for clip, decay in zip(self.clip_flags, self.decay_flags))

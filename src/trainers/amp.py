@@ -13,8 +13,8 @@ Levels (MindSpore's names):
 
 Kept in float32 at every level:
     - the squeeze-excite gate (`SqueezeExcite`: its mean, two 1x1 convs and sigmoid);
-    - weight standardization (`WeightStandardization`, or its fused CPU kernel): a cell of
-      its own, computed in float32 from the float32 weight; its output is rounded to the
+    - weight standardization (`WeightStandardization`, and so its fused CPU form, a
+      subclass): a cell of its own, computed in float32 from the float32 weight; its output is rounded to the
       low dtype for the convolution (tests/trainers/amp_cases.py checks the values);
     - the network output: O2/O3 cast the logits back to float32, and the losses
       (src/tools/criterion.py) cast to float32 before the log-softmax, so the softmax and
@@ -34,17 +34,17 @@ applies a level without the device check (used by the tests to inspect an O2 net
 import mindspore
 from mindspore import amp
 
-from src.models.layers import SqueezeExcite, cpu_kernels
+from src.models.layers import SqueezeExcite
 from src.models.layers.std_conv import WeightStandardization
 
 __all__ = ["prepare_amp", "KEEP_FP32_CELLS", "AMP_LEVELS"]
 
 AMP_LEVELS = ("O0", "O1", "O2", "O3")
 
-# Cell types that always run in float32 (see the module docstring for the rest); the fused
-# CPU kernels (cpu_kernels.py) are float32 only.
-KEEP_FP32_CELLS = (SqueezeExcite, WeightStandardization, cpu_kernels.FusedWeightStandardization,
-                   cpu_kernels.FusedScaledGELU, cpu_kernels.FusedConv2dSame, cpu_kernels.FusedMulRows)
+# Cell types that always run in float32, with their subclasses (see the module docstring for the
+# rest). The CPU fast forms (src/models/layers/fast_forms.py) need no entry: they are given to
+# float32 networks only.
+KEEP_FP32_CELLS = (SqueezeExcite, WeightStandardization)
 
 _DTYPES = {"float16": mindspore.float16, "bfloat16": mindspore.bfloat16}
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from deploy_helpers import DIGITS_CONFIG, NUM_CLASSES, ROOT, error_lines, make_network, run_python
-from src.config import UserError
+from src.errors import UserError
 from src.data.folder import scan_image_folder
 from src.data.transforms import create_eval_transform, load_image
 from src.deploy.binio import read_tensor

@@ -165,7 +165,7 @@ def test_existing_file_is_kept_unless_overwrite(tmp_path, nano_ckpt):
     assert os.path.getmtime(path) == before
     export(tmp_path, nano_ckpt, "--overwrite", "--batch_size", "2")
     assert mindir_input_shape(path)[0] == (2, 3, 64, 64)
-    assert sorted(os.listdir(tmp_path)) == ["nano.mindir"]  # no temporary file left
+    assert sorted(os.listdir(tmp_path)) == ["nano.mindir", "nano.mindir.json"]  # no temporary file left
 
 
 def test_failed_export_leaves_no_file(tmp_path, nano, monkeypatch):

@@ -5,7 +5,7 @@ import pytest
 
 from deploy_helpers import NUM_CLASSES, make_network
 from src.deploy.fold import FoldedConv2d, fold_conv, fold_weight_standardization
-from src.models.layers import ScaledStdConv2d
+from src.models.layers import ScaledStdConv2d, apply_fast_forms
 
 
 def relative_max_error(actual, expected):
@@ -14,7 +14,10 @@ def relative_max_error(actual, expected):
 
 @pytest.fixture(scope="module")
 def nano(nano_weights):
-    return make_network("dm_nfnet_nano", nano_weights["raw"], NUM_CLASSES)
+    """The network as train.py / eval.py build it on CPU: with the fast forms (im2col convolutions)."""
+    network = make_network("dm_nfnet_nano", nano_weights["raw"], NUM_CLASSES)
+    apply_fast_forms(network)
+    return network
 
 
 def numpy_folded_weight(weight, gain, gamma=1.0, eps=1e-5):
@@ -33,6 +36,7 @@ def numpy_folded_weight(weight, gain, gamma=1.0, eps=1e-5):
 
 def test_folded_conv_holds_the_standardized_weight_and_bias():
     conv = ScaledStdConv2d(8, 16, 3, stride=2, groups=2)
+    apply_fast_forms(conv)  # CPU: the im2col convolution
     rng = np.random.default_rng(0)
     weight = rng.standard_normal(conv.weight.shape).astype(np.float32) + 0.3
     gain = rng.uniform(0.5, 1.5, conv.gain.shape).astype(np.float32)

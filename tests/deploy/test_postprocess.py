@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from deploy_helpers import error_lines, run_python
-from src.config import UserError
+from src.errors import UserError
 from src.deploy.binio import write_json, write_tensor
 from src.deploy.metrics import correct_topk
 

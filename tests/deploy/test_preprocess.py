@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from deploy_helpers import DIGITS_CONFIG, F0_CONFIG, error_lines, run_python, write_image_folder
-from src.config import UserError, load_config
+from src.config import load_config
+from src.errors import UserError
 from src.data.folder import scan_image_folder
 from src.data.transforms import create_eval_transform, load_image
 from src.deploy.binio import read_labels, read_tensor
@@ -112,3 +113,23 @@ def test_progress_bar_reports_on_stderr(tmp_path, image_folder):
 def test_output_path_is_required(image_folder):
     with pytest.raises(UserError, match="--output_path"):
         preprocess_script.main(["--config", DIGITS_CONFIG, "--data_path", image_folder])
+
+
+def test_the_settings_written_beside_a_model_replace_the_configs(tmp_path, image_folder):
+    """--model: the <model>.json export.py writes (a squash crop at 72 px and reversed class names here)."""
+    from src.data.data_settings import effective_settings, write_sidecar
+
+    cfg = load_config(DIGITS_CONFIG).replace(test_input_size=72, eval_crop_mode="squash", crop_pct=0.9)
+    _, classes = scan_image_folder(image_folder)
+    model = tmp_path / "net.mindir"
+    model.write_bytes(b"the model itself is not read")
+    write_sidecar(str(model), effective_settings(cfg, {"classes": classes[::-1]}))
+    out = preprocess(image_folder, tmp_path / "pre", "--model", str(model))
+    transform = create_eval_transform(72, crop_pct=0.9, crop_mode="squash")
+    labels = read_labels(os.path.join(out, "labels.json"))
+    with open(os.path.join(out, "sources.json"), encoding="utf-8") as f:
+        sources = json.load(f)
+    for name, (source,) in sources.items():
+        expected = transform(load_image(os.path.join(image_folder, source)))
+        assert np.array_equal(read_tensor(os.path.join(out, "images", name + ".bin"), (1, 3, 72, 72))[0], expected)
+        assert labels[name] == [classes[::-1].index(source.split(os.sep)[0])]  # the model's class order

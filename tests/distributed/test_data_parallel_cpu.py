@@ -76,7 +76,7 @@ def one_process_run(tiny_digits, tmp_path_factory):
 def load(path):
     import mindspore as ms
 
-    return {k: v.asnumpy() for k, v in ms.load_checkpoint(str(path)).items()}
+    return {k: v.asnumpy() for k, v in ms.load_checkpoint(str(path)).items() if not isinstance(v, str)}
 
 
 @pytest.mark.timeout(900)

@@ -62,7 +62,7 @@ def test_graph_mode_training_through_stride_two_convs_runs_past_six_steps():
 
     ms.set_context(mode=ms.GRAPH_MODE)
     try:
-        net = create_model("dm_nfnet_nano", num_classes=10)
+        net = create_model("dm_nfnet_nano", num_classes=10, fast_forms=True)
         opt = ms.nn.Momentum(net.trainable_params(), 0.01, 0.9)
         step = ms.nn.TrainOneStepCell(ms.nn.WithLossCell(net, ms.nn.CrossEntropyLoss()), opt)
         step.set_train()

@@ -5,9 +5,11 @@ import pytest
 from mindspore import ops
 
 from src.deploy.export import create_deploy_network
-from src.models.layers import GammaAct, ScaledStdConv2d, cpu_kernels
+from src.models.layers import GammaAct, ScaledStdConv2d, apply_fast_forms, cpu_kernels
 from src.models.layers.activations import ScaledGELU
+from src.models.layers.conv2d_same import Conv2dSame, Im2ColConv2dSame
 from src.models.layers.rowwise import mul_rows
+from src.models.layers.std_conv import WeightStandardization
 
 from live_weights import live_nano
 
@@ -49,14 +51,15 @@ def _standardization_and_grads(conv, up):
 def test_fused_weight_standardization_matches_float64_and_operator_form():
     rng = np.random.default_rng(1)
     conv = ScaledStdConv2d(64, 96, 3, groups=2, gamma=1.7, eps=1e-5)
-    assert conv.fused_standardization is not None
+    apply_fast_forms(conv)
+    assert isinstance(conv.standardize, cpu_kernels.FusedWeightStandardization)
     w = (rng.standard_normal(conv.weight.shape) * 0.1 + 0.05).astype(np.float32)
     gain = rng.standard_normal(conv.gain.shape).astype(np.float32)
     conv.weight.set_data(ms.Tensor(w))
     conv.gain.set_data(ms.Tensor(gain))
     up = rng.standard_normal(conv.weight.shape).astype(np.float32)
     w_fused, (dw_fused, dgain_fused) = _standardization_and_grads(conv, ms.Tensor(up))
-    conv.fused_standardization = None
+    conv.standardize = WeightStandardization(conv.scale, conv.eps)  # the plain (operator) form
     w_ops, (dw_ops, dgain_ops) = _standardization_and_grads(conv, ms.Tensor(up))
 
     # float64: w_hat = (w - mu) / sqrt(var + eps) * gain * gamma / sqrt(fan_in); its vector-Jacobian product
@@ -78,10 +81,10 @@ def test_fused_weight_standardization_matches_float64_and_operator_form():
 
 def test_layers_fall_back_to_operator_forms_without_the_library(operator_forms):
     assert not cpu_kernels.available()
-    act = GammaAct("gelu")
-    assert act.fused_gelu is None and isinstance(act.scaled_gelu, ScaledGELU)
-    conv = ScaledStdConv2d(8, 8, 3, conv_impl="matmul")
-    assert conv.fused_standardization is None and conv.fused_conv is None and conv.matmul_conv is not None
+    net = ms.nn.SequentialCell([ScaledStdConv2d(8, 8, 3), GammaAct("gelu")])
+    apply_fast_forms(net)
+    assert type(net[1]) is ScaledGELU
+    assert type(net[0].standardize) is WeightStandardization and type(net[0].conv) is Im2ColConv2dSame
 
 
 def test_build_without_compiler_names_it(tmp_path, monkeypatch):
@@ -92,11 +95,11 @@ def test_build_without_compiler_names_it(tmp_path, monkeypatch):
 
 
 def test_exported_networks_use_no_fused_kernels():
-    net = live_nano()  # random weights: every residual branch contributes
+    net = live_nano(fast_forms=True)  # random weights: every residual branch contributes
     assert any(isinstance(c, cpu_kernels.FusedScaledGELU) for _, c in net.cells_and_names())
-    deployed = create_deploy_network(net, "MINDIR")
+    deployed = create_deploy_network(live_nano(), "MINDIR")  # the same weights, built as export.py does
     kinds = {type(c) for _, c in deployed.cells_and_names()}
-    assert ScaledGELU in kinds
+    assert GammaAct in kinds and Conv2dSame not in kinds  # plain GELU, folded convolutions
     assert not kinds & {cpu_kernels.FusedScaledGELU, cpu_kernels.FusedWeightStandardization,
                         cpu_kernels.FusedConv2dSame, cpu_kernels.FusedMulRows}
     x = ms.Tensor(np.random.default_rng(2).standard_normal((1, 3, 64, 64)).astype(np.float32))

@@ -75,7 +75,7 @@ def test_nfnet_cpu_kernels_0_builds_nothing_and_uses_the_operator_forms(tmp_path
         from src.models.layers import cpu_kernels
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # switched off on purpose: no warning
-            net = create_model("dm_nfnet_nano", num_classes=10)
+            net = create_model("dm_nfnet_nano", num_classes=10, fast_forms=True)
         print(cpu_kernels.available(), sorted({type(c).__name__ for _, c in net.cells_and_names()
                                                  if type(c).__module__ == cpu_kernels.__name__}))
     """)

@@ -18,7 +18,7 @@ def max_rel_diff(ours, ref):
 def _compare(reference, ckpt, arch, sizes, mode, batch=2, num_classes=1000):
     ms.set_context(mode=mode)
     try:
-        net = create_model(arch, num_classes=num_classes, checkpoint_path=ckpt)
+        net = create_model(arch, num_classes=num_classes, checkpoint_path=ckpt, fast_forms=True)
         net.set_train(False)
         diffs = {}
         rng = np.random.default_rng(0)
@@ -69,7 +69,7 @@ def test_dm_nfnet_nano_gradients_match_timm_autograd(nano_reference, kernels, re
     (model(torch.from_numpy(x)) * torch.from_numpy(cot)).sum().backward()
     ref = {name: p.grad.numpy() for name, p in model.named_parameters()}
 
-    net = create_model("dm_nfnet_nano", num_classes=10, checkpoint_path=ckpt)
+    net = create_model("dm_nfnet_nano", num_classes=10, checkpoint_path=ckpt, fast_forms=True)
     net.set_train(True)  # no dropout / stochastic depth configured: deterministic
     params = net.trainable_params()
 

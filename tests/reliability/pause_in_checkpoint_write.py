@@ -14,7 +14,7 @@ sys.path.insert(0, ROOT)
 import mindspore  # noqa: E402
 
 import train  # noqa: E402
-from src.config import run_cli  # noqa: E402
+from src.errors import run_cli  # noqa: E402
 
 
 def main():

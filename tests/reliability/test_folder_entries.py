@@ -39,7 +39,7 @@ def test_every_image_is_listed_once_and_every_other_entry_is_skipped_and_named(o
     """Provokes: the odd entries of odd_split."""
     zero = odd_split / "val" / "0"
     skipped = []
-    samples, classes = scan_image_folder(str(odd_split / "val"), skipped)
+    samples, classes = scan_image_folder(str(odd_split / "val"), skipped=skipped)
     paths = [path for path, _ in samples]
     assert len(paths) == len(set(os.path.realpath(p) for p in paths)) == 30 + 4 + 1  # + 4 formats + fake.png
     first = os.path.realpath(zero / "duplicate.png")
@@ -71,7 +71,7 @@ def test_files_and_folders_without_read_permission_are_skipped_and_named(odd_spl
     locked_dir.chmod(0)
     try:
         skipped = []
-        scan_image_folder(str(odd_split / "val"), skipped)
+        scan_image_folder(str(odd_split / "val"), skipped=skipped)
     finally:
         locked_dir.chmod(0o755)
     reasons = dict(skipped)

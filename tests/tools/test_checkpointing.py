@@ -19,7 +19,7 @@ from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
 from mindspore.train import Model
 import mindspore.dataset as ds
 
-from src.config import UserError
+from src.errors import UserError
 from src.tools.checkpointing import (CheckpointError, CheckpointManager, find_latest_checkpoint,
                                      load_training_state, prepare_output_dir, read_checkpoint_meta,
                                      save_checkpoint_atomic)

@@ -14,7 +14,7 @@ import types
 
 import pytest
 
-from src.config import UserError
+from src.errors import UserError
 from src.tools.modelarts import modelarts_io
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

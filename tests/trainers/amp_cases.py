@@ -9,7 +9,7 @@ import pytest
 import mindspore
 from mindspore import Tensor
 
-from src.models.layers import ScaledStdConv2d, SqueezeExcite
+from src.models.layers import FastForms, ScaledStdConv2d, SqueezeExcite, apply_fast_forms
 from src.trainers.amp import apply_mixed_precision
 from live_weights import live_nano
 
@@ -45,17 +45,10 @@ def test_o2_o3_network_is_low_precision_except_squeeze_excite_and_keeps_paramete
     assert all(p.dtype == mindspore.float32 for p in amp_net.get_parameters())
 
 
-def _native_convolutions(monkeypatch):
-    """The native convolution kernel, as on GPU/Ascend where O2 runs (the CPU im2col path is float32)."""
-    import src.models.layers.std_conv as std_conv
-
-    monkeypatch.setattr(std_conv, "default_conv_impl", lambda: "native")
-
-
 @pytest.mark.timeout(200)
-def test_o2_network_runs_on_cpu_with_float32_logits_close_to_the_float32_network(monkeypatch):
-    # Only a forward pass: MindSpore 2.10 has float16 CPU kernels for it.
-    _native_convolutions(monkeypatch)
+def test_o2_network_runs_on_cpu_with_float32_logits_close_to_the_float32_network():
+    # Only a forward pass: MindSpore 2.10 has float16 CPU kernels for it. The plain forms (native
+    # convolutions), as on GPU/Ascend where O2 runs.
     reference = nano()
     amp_net = apply_mixed_precision(nano(), "O2", mindspore.float16)
     x, _ = images_and_labels(2)
@@ -77,12 +70,13 @@ def _standardize(weight, gain, conv):
 
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize("kernels", ["fused_kernels", "operator_forms"])
-def test_o2_standardizes_the_weights_in_float32(kernels, request, monkeypatch):
+def test_o2_standardizes_the_weights_in_float32(kernels, request):
     """What each convolution of an O2 network uses is the float64 standardization of the float32 weight,
     rounded once to float16: the standardization itself ran in float32 (GPU/Ascend take the operator form)."""
     request.getfixturevalue(kernels)
-    _native_convolutions(monkeypatch)
-    net = nano()
+    net = nano()  # native convolutions, as on GPU/Ascend
+    if kernels == "fused_kernels":  # the fused standardization (float32 whatever the network's precision)
+        apply_fast_forms(net, FastForms(fused_kernels=True))
     used = {}
     for name, cell in net.cells_and_names():
         if isinstance(cell, ScaledStdConv2d):

@@ -27,7 +27,7 @@ def nano_net(seed=0, num_classes=10):
     (tests/models/live_weights.py: skipinit gains non-zero, so the residual branches contribute)."""
     from live_weights import live_nano
 
-    return live_nano(seed, num_classes=num_classes, drop_rate=0.0, drop_path_rate=0.0)
+    return live_nano(seed, num_classes=num_classes, drop_rate=0.0, drop_path_rate=0.0, fast_forms=True)
 
 
 def images_and_labels(n, size=64, num_classes=10, seed=0):

@@ -1,8 +1,5 @@
 """Activations scaled by the NF "gamma" that keeps unit variance for N(0, 1) inputs."""
-import mindspore as ms
 from mindspore import nn, ops
-
-from . import cpu_kernels
 
 # gamma = 1 / std(act(z)) for z ~ N(0, 1), as published with the paper (Brock et al. 2021,
 # DeepMind nfnets/base.py) and used by timm.
@@ -11,35 +8,6 @@ NONLINEARITY_GAMMA = {
     "relu": 1.7139588594436646,
     "silu": 1.7881293296813965,
 }
-
-
-_SQRT_HALF = 0.7071067811865476  # 1 / sqrt(2)
-_INV_SQRT_2PI = 0.3989422804014327  # 1 / sqrt(2 pi)
-
-
-class ScaledGELU(nn.Cell):
-    """gamma * x * Phi(x) (exact, erf-based GELU) with a hand-written backward.
-
-    MindSpore 2.10's CPU GELU and its gradient run as a chain of elementwise kernels that
-    each keep an output-sized buffer: measured on 8x128x48x48, 60 ms and 11 tensors of
-    memory per activation (forward + backward) against 43 ms and 2 here, where the
-    backward recomputes gamma * (Phi(x) + x * phi(x)) from x alone. Equal to the built-in
-    to float32 rounding (tests/models/test_layers.py).
-    """
-
-    def __init__(self, gamma):
-        super().__init__()
-        self.gamma = float(gamma)
-        self.erf = ops.Erf()
-        self.exp = ops.Exp()
-
-    def construct(self, x):
-        return x * (self.erf(x * _SQRT_HALF) + 1.0) * (0.5 * self.gamma)
-
-    def bprop(self, x, out, dout):
-        cdf = (self.erf(x * _SQRT_HALF) + 1.0) * 0.5
-        pdf = self.exp(x * x * -0.5) * _INV_SQRT_2PI
-        return (dout * self.gamma * (cdf + x * pdf),)
 
 
 class GammaAct(nn.Cell):
@@ -55,19 +23,8 @@ class GammaAct(nn.Cell):
             raise ValueError(f"unknown activation {act_type!r}; allowed: {sorted(NONLINEARITY_GAMMA)}")
         self.act_type = act_type
         self.gamma = float(NONLINEARITY_GAMMA[act_type] if gamma is None else gamma)
-        # on CPU the exact GELU with its own backward: one fused kernel each for float32 when
-        # the CPU kernels are built (cpu_kernels.py), else ScaledGELU; elsewhere the built-in
-        self.scaled_gelu = self.fused_gelu = None
-        if act_type == "gelu" and ms.get_context("device_target") == "CPU":
-            self.scaled_gelu = ScaledGELU(self.gamma)
-            if cpu_kernels.available():
-                self.fused_gelu = cpu_kernels.FusedScaledGELU(self.gamma)
 
     def construct(self, x):
-        if self.fused_gelu is not None and x.dtype == ms.float32:
-            return self.fused_gelu(x)
-        if self.scaled_gelu is not None:
-            return self.scaled_gelu(x)
         if self.act_type == "gelu":
             y = ops.gelu(x, approximate="none")
         elif self.act_type == "relu":
@@ -75,3 +32,32 @@ class GammaAct(nn.Cell):
         else:
             y = ops.silu(x)
         return y * self.gamma
+
+
+_SQRT_HALF = 0.7071067811865476  # 1 / sqrt(2)
+_INV_SQRT_2PI = 0.3989422804014327  # 1 / sqrt(2 pi)
+
+
+class ScaledGELU(GammaAct):
+    """gamma * x * Phi(x) (exact, erf-based GELU) with a hand-written backward: the CPU form of
+    GammaAct("gelu"), swapped in by fast_forms.py.
+
+    MindSpore 2.10's CPU GELU and its gradient run as a chain of elementwise kernels that
+    each keep an output-sized buffer: measured on 8x128x48x48, 60 ms and 11 tensors of
+    memory per activation (forward + backward) against 43 ms and 2 here, where the
+    backward recomputes gamma * (Phi(x) + x * phi(x)) from x alone. Equal to the built-in
+    to float32 rounding (tests/models/test_layers.py).
+    """
+
+    def __init__(self, gamma):
+        super().__init__("gelu", gamma)
+        self.erf = ops.Erf()
+        self.exp = ops.Exp()
+
+    def construct(self, x):
+        return x * (self.erf(x * _SQRT_HALF) + 1.0) * (0.5 * self.gamma)
+
+    def bprop(self, x, out, dout):
+        cdf = (self.erf(x * _SQRT_HALF) + 1.0) * 0.5
+        pdf = self.exp(x * x * -0.5) * _INV_SQRT_2PI
+        return (dout * self.gamma * (cdf + x * pdf),)

@@ -1,4 +1,4 @@
-"""2-D convolution with TensorFlow SAME padding, as oneDNN's kernel or as im2col + matmul.
+"""2-D convolution with TensorFlow SAME padding: MindSpore's Conv2D (the plain form) or im2col + matmul.
 
 MindSpore 2.10's CPU backend hands oneDNN plain NCHW tensors, and oneDNN then runs 3x3
 convolutions in its slow "jit_uni_ncsp" implementation: measured here (AMD EPYC,
@@ -6,10 +6,10 @@ AVX-512, 2 threads) 1.2 s for a 32x64x16x16 3x3 conv that PyTorch runs in 2.7 ms
 a matmul of the same size takes 8 ms in oneDNN's brgemm kernel. On CPU the convolution is
 therefore written as im2col (k*k shifted slices of the zero-padded input) followed by one
 (batched, per group) matmul; forward and backward are 10-20x faster and equal to the
-native kernel within float32 rounding (tests/models/test_conv2d_same.py). Other devices
-use the native kernel (pad_mode='same').
+native kernel within float32 rounding (tests/models/test_conv2d_same.py). The layers use
+the native kernel (`Conv2dSame`); the CPU form (`Im2ColConv2dSame`) is swapped in by
+fast_forms.py.
 """
-import mindspore as ms
 from mindspore import nn, ops
 
 
@@ -18,11 +18,6 @@ def same_padding(size, kernel_size, stride):
     out = -(-size // stride)
     total = max((out - 1) * stride + kernel_size - size, 0)
     return total // 2, total - total // 2, out
-
-
-def default_conv_impl():
-    """"matmul" on the CPU backend, "native" elsewhere."""
-    return "matmul" if ms.get_context("device_target") == "CPU" else "native"
 
 
 def _zero_pad(x, before, after, axis):
@@ -161,6 +156,34 @@ class Conv2dSameMatmul(nn.Cell):
         d = _pad_or_crop(d, kw - 1 - left, w + left - ((ow - 1) * stride + 1), 3)
         dx, _ = _im2col_matmul(d, swapped, 1, groups, h, w, reverse_taps=True)
         return dx, dweight
+
+
+class Conv2dSame(nn.Cell):
+    """(x, weight, bias) -> the SAME-padded convolution, MindSpore's native Conv2D kernel (the plain form)."""
+
+    impl = "native"  # what deploy/fold.py's FoldedConv2d calls this convolution
+
+    def __init__(self, kernel_size, stride=1, groups=1):
+        super().__init__()
+        self.kernel_size = kernel_size
+        self.stride = stride
+        self.groups = groups
+
+    def construct(self, x, weight, bias):
+        return ops.conv2d(x, weight, bias, stride=self.stride, pad_mode="same", groups=self.groups)
+
+
+class Im2ColConv2dSame(Conv2dSame):
+    """Conv2dSame as im2col + matmul with the hand-written backward of Conv2dSameMatmul (CPU fast form)."""
+
+    impl = "matmul"
+
+    def __init__(self, kernel_size, stride=1, groups=1):
+        super().__init__(kernel_size, stride, groups)
+        self.matmul_conv = Conv2dSameMatmul(stride, groups)
+
+    def construct(self, x, weight, bias):
+        return ops.bias_add(self.matmul_conv(x, weight), bias)  # no broadcasting Add: see rowwise.py
 
 
 def conv2d_same(x, weight, bias=None, stride=1, groups=1, impl="native"):

@@ -12,7 +12,9 @@ into a cache directory keyed by the source, the flags and the CPU (NFNET_KERNEL_
 $XDG_CACHE_HOME/nfnet-mindspore or ~/.cache/nfnet-mindspore); `make` builds it with the
 environment. Without a compiler, or with NFNET_CPU_KERNELS=0, `available()` is False and the
 layers keep their MindSpore-operator forms, which compute the same function (tests/models/
-test_cpu_kernels.py). Only the CPU backend uses them; exported models never contain them.
+test_cpu_kernels.py). Each fused cell subclasses the plain cell it replaces; fast_forms.py
+swaps them in after a training / evaluation network is built (config.py says when), so
+exported models, built without that pass, never contain them.
 """
 import ctypes
 import hashlib
@@ -25,9 +27,12 @@ import tempfile
 import warnings
 
 import mindspore as ms
-from mindspore import Tensor, nn, ops
+from mindspore import Tensor, ops
 
-from .conv2d_same import same_padding
+from .activations import GammaAct
+from .conv2d_same import Conv2dSame, same_padding
+from .rowwise import MulRows
+from .std_conv import WeightStandardization
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_kernels.cc")
 # -fopenmp-simd honours the `omp simd` reductions without linking an OpenMP runtime
@@ -127,12 +132,11 @@ def _custom(name, out_shape, out_dtype):
     return ops.Custom(f"{library_path()}:{name}", out_shape=out_shape, out_dtype=out_dtype, func_type="aot")
 
 
-class FusedScaledGELU(nn.Cell):
+class FusedScaledGELU(GammaAct):
     """gamma * x * Phi(x) and its gradient, one fused kernel each (see ScaledGELU for the formulas)."""
 
     def __init__(self, gamma):
-        super().__init__()
-        self.gamma = float(gamma)
+        super().__init__("gelu", gamma)
         self.gamma_tensor = Tensor([self.gamma], ms.float32)
         self.forward = _custom("ScaledGeluForward", lambda x, g: x, lambda x, g: x)
         self.backward = _custom("ScaledGeluBackward", lambda x, dy, g: x, lambda x, dy, g: x)
@@ -147,15 +151,14 @@ class FusedScaledGELU(nn.Cell):
         return type(self)(self.gamma)
 
 
-class FusedWeightStandardization(nn.Cell):
+class FusedWeightStandardization(WeightStandardization):
     """(w - mean) / sqrt(var + eps) * gain * scale per output unit, forward and backward fused.
 
     w: (out, ...) float32, gain: (out, 1, 1, 1); statistics in float64 inside the kernel.
     """
 
     def __init__(self, scale, eps):
-        super().__init__()
-        self.scale, self.eps = float(scale), float(eps)
+        super().__init__(float(scale), float(eps))
         self.consts = Tensor([self.scale, self.eps], ms.float32)
         self.forward = _custom("WeightStandardizeForward", lambda w, g, c: w, lambda w, g, c: w)
         self.backward = _custom("WeightStandardizeBackward", lambda w, g, c, d: (w, g),
@@ -171,7 +174,7 @@ class FusedWeightStandardization(nn.Cell):
         return type(self)(self.scale, self.eps)
 
 
-class FusedMulRows(nn.Cell):
+class FusedMulRows(MulRows):
     """rows (R, K) times factor (R, 1) and its gradient, one pass each (rowwise.mul_rows fused).
 
     The operator form broadcasts the factor to an (R, K) tensor that the graph keeps for the
@@ -199,7 +202,7 @@ def agc_decay_gradient_op():
     return _custom("AgcDecayGradient", lambda g, p, c: g, lambda g, p, c: g)
 
 
-class FusedConv2dSame(nn.Cell):
+class FusedConv2dSame(Conv2dSame):
     """NCHW convolution with TensorFlow SAME padding plus bias: fused im2col, one (per group
     batched) matmul, and a fused transpose-to-NCHW with the bias add; the backward recomputes
     the columns for the weight gradient and scatters the column gradient back (col2im).
@@ -209,9 +212,10 @@ class FusedConv2dSame(nn.Cell):
     step at batch 8, 192x192, profiled) with one pass each.
     """
 
+    impl = "matmul"  # im2col + matmul, as Im2ColConv2dSame
+
     def __init__(self, kernel_size, stride=1, groups=1):
-        super().__init__()
-        self.kernel_size, self.stride, self.groups = int(kernel_size), int(stride), int(groups)
+        super().__init__(int(kernel_size), int(stride), int(groups))
         k = self.kernel_size
         # The kernels get the geometry as the *shape* (kh, kw, stride) of a small tensor: an aot
         # Custom op's output shape must be a function of its input shapes alone (in PyNative

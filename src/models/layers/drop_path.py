@@ -1,11 +1,9 @@
 """Stochastic depth (per-sample residual-branch dropout)."""
 from statistics import NormalDist
 
-import mindspore as ms
 from mindspore import nn, ops
 
-from . import cpu_kernels
-from .rowwise import mul_rows
+from .rowwise import MulRows
 
 
 class DropPath(nn.Cell):
@@ -28,7 +26,7 @@ class DropPath(nn.Cell):
         self.keep_prob = 1.0 - float(drop_prob)
         self.keep_quantile = NormalDist().inv_cdf(self.keep_prob) if drop_prob > 0 else 0.0
         self.scale_by_keep = scale_by_keep
-        self.fused_mul_rows = cpu_kernels.FusedMulRows() if cpu_kernels.available() else None  # CPU
+        self.mul_rows = MulRows()
 
     def construct(self, x):
         if not self.training or self.keep_prob == 1.0:
@@ -36,9 +34,7 @@ class DropPath(nn.Cell):
         mask = (ops.standard_normal((x.shape[0], 1)) < self.keep_quantile).astype(x.dtype)
         if self.scale_by_keep:
             mask = mask / self.keep_prob
-        if self.fused_mul_rows is not None and x.dtype == ms.float32:
-            return self.fused_mul_rows(x.reshape(x.shape[0], -1), mask).reshape(x.shape)
-        return mul_rows(x.reshape(x.shape[0], -1), mask).reshape(x.shape)  # see rowwise.py
+        return self.mul_rows(x.reshape(x.shape[0], -1), mask).reshape(x.shape)  # see rowwise.py
 
     def extend_repr(self):
         return f"drop_prob={1.0 - self.keep_prob:.4f}, scale_by_keep={self.scale_by_keep}"

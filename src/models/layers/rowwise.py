@@ -10,7 +10,7 @@ Measured with MindSpore 2.10's CPU backend (2 threads):
 So every per-row statistic is taken over the last axis of an (R, K) view and every per-row
 factor is broadcast explicitly; the backward of broadcast_to is then a last-axis sum too.
 """
-from mindspore import ops
+from mindspore import nn, ops
 
 
 def rowwise(x):
@@ -21,6 +21,13 @@ def rowwise(x):
 def mul_rows(rows, factor):
     """rows (R, K) times factor (R, 1), broadcast explicitly (see above)."""
     return rows * ops.broadcast_to(factor, rows.shape)
+
+
+class MulRows(nn.Cell):
+    """`mul_rows` as a cell, so a backend's fast form can take its place (fast_forms.py)."""
+
+    def construct(self, rows, factor):
+        return mul_rows(rows, factor)
 
 
 def mean_hw(x, keep_dims=False):

@@ -1,12 +1,10 @@
 """Squeeze-and-excitation gating."""
 import math
 
-import mindspore as ms
 from mindspore import nn, ops
 from mindspore.common.initializer import Normal, Zero
 
-from . import cpu_kernels
-from .rowwise import mean_hw, rowwise, scale_channels
+from .rowwise import MulRows, mean_hw, rowwise
 
 
 class SqueezeExcite(nn.Cell):
@@ -22,14 +20,12 @@ class SqueezeExcite(nn.Cell):
                              weight_init=Normal(1.0 / math.sqrt(channels)), bias_init=Zero())
         self.fc2 = nn.Conv2d(rd_channels, channels, 1, has_bias=True,
                              weight_init=Normal(1.0 / math.sqrt(rd_channels)), bias_init=Zero())
-        self.fused_mul_rows = cpu_kernels.FusedMulRows() if cpu_kernels.available() else None  # CPU
+        self.mul_rows = MulRows()
 
     def construct(self, x):
         # The 1x1 convs on a 1x1 map are dense layers: MindSpore's CPU conv kernel is very
         # slow on 1x1 feature maps (measured: minutes for a train step), a matmul is not.
         s = ops.relu(ops.dense(mean_hw(x), rowwise(self.fc1.weight), self.fc1.bias))
         s = ops.sigmoid(ops.dense(s, rowwise(self.fc2.weight), self.fc2.bias))
-        if self.fused_mul_rows is not None and x.dtype == s.dtype == ms.float32:
-            n, c = x.shape[0], x.shape[1]
-            return self.fused_mul_rows(x.reshape(n * c, -1), s.reshape(n * c, 1)).reshape(x.shape)
-        return scale_channels(x, s)
+        n, c = x.shape[0], x.shape[1]  # one row per (sample, channel): see rowwise.py
+        return self.mul_rows(x.reshape(n * c, -1), s.reshape(n * c, 1)).reshape(x.shape)

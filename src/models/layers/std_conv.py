@@ -6,8 +6,7 @@ import numpy as np
 from mindspore import Parameter, Tensor, nn, ops
 from mindspore.common.initializer import Normal, Zero, initializer
 
-from . import cpu_kernels
-from .conv2d_same import Conv2dSameMatmul, conv2d_same, default_conv_impl
+from .conv2d_same import Conv2dSame
 from .rowwise import mul_rows, rowwise
 
 
@@ -45,7 +44,7 @@ class ScaledStdConv2d(nn.Cell):
     """
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, groups=1,
-                 gamma=1.0, eps=1e-5, gain_init=1.0, conv_impl=None):
+                 gamma=1.0, eps=1e-5, gain_init=1.0):
         super().__init__()
         if in_channels % groups or out_channels % groups:
             raise ValueError(f"channels {in_channels}->{out_channels} not divisible by groups={groups}")
@@ -55,15 +54,6 @@ class ScaledStdConv2d(nn.Cell):
         self.stride = stride
         self.groups = groups
         self.eps = eps
-        self.conv_impl = conv_impl or default_conv_impl()  # see conv2d_same.py: im2col on CPU
-        # im2col with a hand-written backward: fused kernels when built (cpu_kernels.py), else
-        # MindSpore operators (Conv2dSameMatmul)
-        # (the kernels are float32: other input dtypes take the operator form)
-        self.fused_conv = self.matmul_conv = None
-        if self.conv_impl == "matmul":
-            self.matmul_conv = Conv2dSameMatmul(stride, groups)
-            if cpu_kernels.available():
-                self.fused_conv = cpu_kernels.FusedConv2dSame(kernel_size, stride, groups)
         fan_in = in_channels // groups * kernel_size * kernel_size
         self.scale = gamma / math.sqrt(fan_in)
         shape = (out_channels, in_channels // groups, kernel_size, kernel_size)
@@ -71,25 +61,22 @@ class ScaledStdConv2d(nn.Cell):
         self.weight = Parameter(initializer(Normal(1.0 / math.sqrt(fan_in)), shape, ms.float32), name="weight")
         self.bias = Parameter(initializer(Zero(), (out_channels,), ms.float32), name="bias")
         self.gain = Parameter(Tensor(np.full((out_channels, 1, 1, 1), gain_init, np.float32)), name="gain")
-        # on CPU one fused kernel for the standardization and one for its gradient (cpu_kernels.py)
-        self.fused_standardization = cpu_kernels.FusedWeightStandardization(self.scale, eps) \
-            if cpu_kernels.available() else None
-        self.operator_standardization = WeightStandardization(self.scale, eps)
+        # parameter-free cells, so a backend's fast forms can take their place (fast_forms.py)
+        self.standardize = WeightStandardization(self.scale, eps)
+        self.conv = Conv2dSame(kernel_size, stride, groups)
+
+    @property
+    def conv_impl(self):
+        """"native" (the plain form) or "matmul" (im2col, the CPU fast form)."""
+        return self.conv.impl
 
     def standardized_weight(self):
         """The weight the convolution actually uses (float32, whatever the AMP level)."""
-        if self.fused_standardization is not None:  # CPU: float32 throughout
-            return self.fused_standardization(self.weight, self.gain)
-        return self.operator_standardization(self.weight, self.gain)
+        return self.standardize(self.weight, self.gain)
 
     def construct(self, x):
-        w = self.standardized_weight().astype(x.dtype)
-        if self.fused_conv is not None and x.dtype == ms.float32:
-            return self.fused_conv(x, w, self.bias)
-        if self.matmul_conv is not None:
-            return ops.bias_add(self.matmul_conv(x, w), self.bias.astype(x.dtype))
-        return conv2d_same(x, w, self.bias.astype(x.dtype), self.stride, self.groups, self.conv_impl)
+        return self.conv(x, self.standardized_weight().astype(x.dtype), self.bias.astype(x.dtype))
 
     def extend_repr(self):
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-                f"stride={self.stride}, groups={self.groups}, eps={self.eps}, impl={self.conv_impl}")
+                f"stride={self.stride}, groups={self.groups}, eps={self.eps}")

@@ -1,0 +1,35 @@
+"""The project's user-facing error type and the entry points' runner; the standard library only.
+
+Every layer may import this module (models, data, deploy, tools, the scripts): it holds
+nothing but what a one-line error report needs, so importing it pulls in neither PyYAML
+nor MindSpore. Each layer subclasses `UserError` for its own mistakes (ConfigError,
+DatasetError, CheckpointError, DeployError, ...).
+"""
+import sys
+
+
+class UserError(ValueError):
+    """A mistake of the user's (config, data layout, checkpoint), reported in one line.
+
+    Entry points run under `run_cli`, which prints it as `error: <message>` and exits 2.
+    """
+
+
+def one_line(text):
+    """`text` with every run of whitespace (newlines included) made one space."""
+    return " ".join(str(text).split())
+
+
+def run_cli(main_fn, *args, **kwargs):
+    """Run an entry point's main() and exit with its return code (None means 0).
+
+    A UserError (ConfigError, DatasetError, CheckpointError, ...) becomes `error: <message>`
+    on one stderr line and exit code 2, without a traceback: the user made a mistake, the
+    program did not.
+    """
+    try:
+        code = main_fn(*args, **kwargs)
+    except UserError as e:
+        print(f"error: {one_line(e)}", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(code or 0)

@@ -1,0 +1,54 @@
+"""The pass that gives a built network its backend's fast forms (config.py says which).
+
+Every layer holds its backend-sensitive arithmetic in a small parameter-free cell (the
+convolution and the weight standardization of ScaledStdConv2d, GammaAct itself, MulRows
+in SqueezeExcite and DropPath). Here each is replaced in place by a subclass that computes
+the same function faster on this backend; parameters, their names and checkpoints are
+untouched. train.py and eval.py build their network with it (src/builders.py); export.py
+does not, so exported models hold only the plain forms.
+"""
+from .activations import GammaAct, ScaledGELU
+from .config import active_forms
+from .conv2d_same import Conv2dSame, Im2ColConv2dSame
+from .replace import replace_cells
+from .rowwise import MulRows
+from .std_conv import WeightStandardization
+
+
+def _every(_cell):
+    return True
+
+
+def _is_gelu(act):
+    return act.act_type == "gelu"
+
+
+def _swaps(forms):
+    """[(plain cell type, which of them, its fast form)] for `forms`."""
+    if not forms.cpu_operators and not forms.fused_kernels:
+        return []
+    if not forms.fused_kernels:
+        return [(Conv2dSame, _every, lambda c: Im2ColConv2dSame(c.kernel_size, c.stride, c.groups)),
+                (GammaAct, _is_gelu, lambda c: ScaledGELU(c.gamma))]
+    from . import cpu_kernels as k
+
+    swaps = [(WeightStandardization, _every, lambda c: k.FusedWeightStandardization(c.scale, c.eps)),
+             (MulRows, _every, lambda c: k.FusedMulRows())]
+    if forms.cpu_operators:
+        swaps += [(Conv2dSame, _every, lambda c: k.FusedConv2dSame(c.kernel_size, c.stride, c.groups)),
+                  (GammaAct, _is_gelu, lambda c: k.FusedScaledGELU(c.gamma))]
+    return swaps
+
+
+def apply_fast_forms(network, forms=None):
+    """Swap the plain forms of `network` (in place) for `forms` (default: config.active_forms()).
+
+    Returns the number of cells swapped. Only cells still in their plain form are swapped, so
+    applying it twice changes nothing.
+    """
+    forms = active_forms() if forms is None else forms
+    count = 0
+    for plain, which, fast in _swaps(forms):
+        count += replace_cells(network, lambda c, plain=plain, which=which: type(c) is plain and which(c),
+                               lambda _name, c, fast=fast: fast(c))
+    return count

@@ -1,0 +1,100 @@
+"""Fine-tuning, told: --max_steps, what train.log says about the pretrained weights, the README's F0 example.
+
+Real processes on the tiny digits copy (tests/conftest.py). The F0 example converts a timm
+F0 (random weights: nothing is downloaded), fine-tunes it to the 10 digit classes at 64x64
+for 3 steps on CPU and evaluates it with no config: the checkpoint carries the rest.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+NANO = os.path.join(ROOT, "src", "configs", "dm_nfnet_nano_digits.yaml")
+F0 = os.path.join(ROOT, "src", "configs", "dm_nfnet_f0.yaml")
+
+
+def run(*args, timeout=900):
+    result = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+def read_log(run_dir):
+    with open(os.path.join(run_dir, "train.log"), encoding="utf-8") as f:
+        return f.read()
+
+
+@pytest.mark.timeout(900)
+def test_max_steps_ends_the_run_with_a_checkpoint_that_resume_auto_continues(tiny_digits, tmp_path):
+    from src.data.data_settings import read_checkpoint_settings
+    from src.tools.checkpointing import read_checkpoint_meta
+
+    out = str(tmp_path / "run")
+    args = ["train.py", "--config", NANO, "--device_target", "CPU", "--data_path", tiny_digits, "--output_dir", out,
+            "--batch_size", "8", "--epochs", "2", "--warmup_length", "0", "--num_parallel_workers", "1",
+            "--eval_while_train", "false"]
+    run(*args, "--max_steps", "3")
+    first = os.path.join(out, "dm_nfnet_nano-1_3.ckpt")
+    assert sorted(f for f in os.listdir(out) if f.endswith(".ckpt")) == ["dm_nfnet_nano-1_3.ckpt"]
+    assert read_checkpoint_meta(first)["step_num"] == 3
+    assert f"stopped at --max_steps 3: {first}" in read_log(out)
+    record = read_checkpoint_settings(first)
+    assert record["classes"] == [str(d) for d in range(10)] and record["test_input_size"] == 64
+
+    run(*args, "--resume", "auto")  # the cut epoch counts as epoch 1: epoch 2 runs in full (7 steps)
+    log = read_log(out)
+    assert f"resumed from {first}: epoch 1, step 3" in log
+    second = os.path.join(out, "dm_nfnet_nano-2_14.ckpt")
+    assert read_checkpoint_meta(second)["epoch_num"] == 2
+    import mindspore as ms
+
+    # the optimizer stepped 3 + 7 times: the schedule continued from the step reached
+    assert int(ms.load_checkpoint(second, choice_func=lambda n: n == "global_step")["global_step"].asnumpy()) == 10
+
+
+def test_max_steps_below_one_is_a_one_line_error(tmp_path):
+    result = subprocess.run([sys.executable, "train.py", "--config", NANO, "--max_steps", "0", "--output_dir",
+                             str(tmp_path / "run")], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip() == "error: command line: --max_steps must be >= 1, got 0"
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_fine_tuning_a_converted_timm_f0_to_ten_classes_then_evaluating_it(tiny_digits, tmp_path):
+    """The README's fine-tune example, as written there (paths aside)."""
+    timm = pytest.importorskip("timm")
+    from safetensors.torch import save_file
+
+    model = timm.create_model("dm_nfnet_f0", pretrained=False)  # stands in for timm's dm_nfnet_f0.dm_in1k
+    weights = str(tmp_path / "model.safetensors")
+    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, weights)
+    ckpt = str(tmp_path / "dm_nfnet_f0.ckpt")
+    result = run("-m", "src.tools.convert_weights", weights, ckpt)
+    assert "resize 284x284, center crop 256, bicubic" in result.stdout
+
+    out = str(tmp_path / "f0_digits")
+    run("train.py", "--config", F0, "--device_target", "CPU", "--pretrained", ckpt, "--finetune", "true",
+        "--num_classes", "10", "--data_path", tiny_digits, "--input_size", "64", "--test_input_size", "64",
+        "--eval_crop_mode", "pixels", "--crop_pct", "0", "--amp_level", "O0", "--batch_size", "8",
+        "--num_parallel_workers", "2", "--epochs", "1", "--warmup_length", "0", "--max_steps", "3",
+        "--log_interval", "1", "--eval_while_train", "false", "--output_dir", out, timeout=1500)
+    log = read_log(out)
+    assert f"pretrained weights: loaded 231 of the network's 233 tensors from {ckpt}" in log
+    assert ("re-initialized 2 tensors (finetune): the checkpoint's classifier has 1000 classes, this run 10: "
+            "head.fc.bias (1000,) -> (10,), head.fc.weight (1000, 3072) -> (10, 3072)") in log
+    assert len(re.findall(r"epoch 1/1 step \d/7 loss [\d.]+", log)) == 3
+    tuned = os.path.join(out, "dm_nfnet_f0-1_3.ckpt")
+
+    result = run("eval.py", "--checkpoint", tuned, "--data_path", os.path.join(tiny_digits, "val"),
+                 "--device_target", "CPU", "--eval_batch_size", "32", "--output", str(tmp_path / "eval.json"))
+    assert "resize 64x64, center crop 64, bicubic" in result.stdout
+    with open(tmp_path / "eval.json") as f:
+        metrics = json.load(f)
+    assert metrics["arch"] == "dm_nfnet_f0" and metrics["count"] == 30 and metrics["weights"] == "ema"
+    assert 0.0 <= metrics["top1"] <= 1.0 and metrics["loss"] > 0
