@@ -14,6 +14,11 @@ Every checkpoint carries the run's class names and evaluation transform
 config to agree with it. Fine-tuning (--pretrained <ckpt> --finetune): train.log lists
 what was loaded and what was re-initialized. --max_steps N ends the run after N train
 steps with a checkpoint; --resume auto continues with the next epoch.
+
+Exit status: 0 done (also: --resume auto of a finished run, which changes nothing); 1 training
+diverged or a rank was lost; 2 a one-line `error:` (a setting, the data, a checkpoint, a write the
+filesystem refused); 143 / 130 stopped by SIGTERM / Ctrl-C after writing a mid-epoch checkpoint
+that --resume auto continues from (src/tools/preemption.py).
 """
 import os
 import time
@@ -37,17 +42,24 @@ def main(argv=None):
         raise UserError(f"command line: --max_steps must be >= 1, got {args.max_steps}")
     from src.tools.context import fit_to_machine, init_context
     from src.tools.modelarts import check_before_init, data_and_results
+    from src.tools.preemption import StopRequest, end_with_parent
+    from src.tools.run_dir import check_output_dir
 
     cfg = fit_to_machine(cfg)  # a device this machine lacks stops here, in one line
     check_before_init(cfg, check_inputs)  # before the heavy imports: a wrong path costs no graph build
-    from src.tools.checkpointing import prepare_output_dir
+    check_output_dir(cfg.output_dir, cfg.overwrite_output, cfg.resume is not None)
+    if os.environ.get("MS_ROLE"):  # msrun's processes (msrun waits for them; other launchers may not)
+        end_with_parent()  # a killed launcher takes its workers with it
+    from src.tools.checkpointing import describe_kept, prepare_output_dir, write_errors_reported
 
     ctx = init_context(cfg.device_target, cfg.device_id, cfg.mode, cfg.seed, cfg.deterministic, cfg.distribute,
                        cfg.cluster_timeout)
     output_dir = prepare_output_dir(cfg.output_dir, overwrite=cfg.overwrite_output, resume=cfg.resume is not None,
                                     is_main=ctx.is_main, share=ctx.from_main)
-    with data_and_results(cfg, ctx, output_dir, check_inputs):
-        return train(cfg, ctx, output_dir, max_steps=args.max_steps)
+    deadline = 2 * cfg.cluster_timeout + 60 if ctx.distributed else None
+    with data_and_results(cfg, ctx, output_dir, check_inputs), StopRequest(deadline) as stop_request, \
+            write_errors_reported(lambda: describe_kept(output_dir)):
+        return train(cfg, ctx, output_dir, stop_request, max_steps=args.max_steps)
 
 
 def check_inputs(cfg):
@@ -62,34 +74,74 @@ def check_inputs(cfg):
             raise UserError(f"checkpoint not found: {path} (given as {key})")
 
 
-def train(cfg, ctx, output_dir, max_steps=None):
-    """Train in output_dir (decided by rank 0, shared by every rank); returns the exit status."""
+def resume_point(cfg, ctx, output_dir, shape, log):
+    """(checkpoint path or None, its metadata, None / "continue" / "finished") as rank 0 decides them.
+
+    Rank 0 alone looks for the checkpoint and checks it against this run's `shape` (check_resume:
+    one-line refusals); every other rank learns the decision and the position (epochs done, steps
+    into the next) from rank 0, with no path: it receives the state itself through share_parameters.
+    """
+    from src.tools.checkpointing import check_resume, find_latest_checkpoint, read_checkpoint_meta
+
+    path, meta, status, error = None, {}, 0, None
+    if ctx.is_main:
+        try:
+            path = find_latest_checkpoint(output_dir, log_fn=log) if cfg.resume == "auto" else cfg.resume
+            meta = read_checkpoint_meta(path) if path else {}
+            status = (2 if check_resume(meta, path, shape, log_fn=log) == "finished" else 1) if path else 0
+        except UserError as exc:
+            status, error = -1, exc
+    status = ctx.from_main(status)
+    if error is not None:
+        raise error
+    if status < 0:
+        raise UserError("rank 0 could not resume (its train.log says why)")
+    position = {key: ctx.from_main(int(meta.get(key, 0) or 0)) for key in ("epoch_num", "epoch_step")}
+    if not ctx.is_main:
+        meta = position
+    return path, meta, (None, "continue", "finished")[status]
+
+
+def train(cfg, ctx, output_dir, stop_request=None, max_steps=None):
+    """Train in output_dir (decided by rank 0, every rank writes its log there); returns the exit status."""
     from src import builders
     from src.data.data_settings import checkpoint_entry, settings_from_config
     from src.data.folder import split_classes
-    from src.tools.checkpointing import (CheckpointManager, find_latest_checkpoint, load_training_state,
-                                         read_checkpoint_meta)
+    from src.tools.checkpointing import CheckpointManager, check_resume, load_training_state
     from src.tools.criterion import create_loss
     from src.tools.framework_warnings import divert_framework_warnings
     from src.tools.logger import RunLogger
+    from src.tools.preemption import exit_status
 
     log = RunLogger(os.path.join(output_dir, "train.log" if ctx.is_main else f"train_rank{ctx.rank}.log"),
                     rank=ctx.rank)
+    shape = dict(batch_size=cfg.batch_size, device_num=ctx.group_size, accumulation_step=cfg.accumulation_step,
+                 epochs=cfg.epochs)
+    resume_path, meta, resumed = resume_point(cfg, ctx, output_dir, shape, log)
+    if resumed == "finished":
+        if ctx.is_main:
+            print(f"nothing to do: the run is finished, {resume_path} holds epoch {cfg.epochs} of {cfg.epochs} "
+                  "(raise --epochs to train further)", flush=True)
+        return 0
     divert_framework_warnings(log.to_file)  # MindSpore's own warnings: in the log, not on the console
-    resume_path = find_latest_checkpoint(output_dir, log_fn=log) if cfg.resume == "auto" else cfg.resume
-    start_epoch = int(read_checkpoint_meta(resume_path).get("epoch_num", 0)) if resume_path else 0
+    start_epoch, skip_steps = int(meta.get("epoch_num", 0)), int(meta.get("epoch_step", 0) or 0)
     if ctx.is_main:
         save_config(cfg, os.path.join(output_dir, "config.yaml"))
     log(f"run directory {output_dir}: {cfg.arch} on {cfg.device_target}, {ctx.group_size} device(s)")
 
     bad_file_log = os.path.join(output_dir, "bad_files.txt")
-    train_ds, mixup = builders.build_train_dataset(cfg, ctx, start_epoch, bad_file_log)
+    # a run stopped in the middle of an epoch continues with that epoch's remaining batches, then the next epoch
+    train_ds, mixup = builders.build_train_dataset(cfg, ctx, start_epoch + (1 if skip_steps else 0), bad_file_log)
+    rest_of_epoch = builders.build_train_dataset(cfg, ctx, start_epoch, bad_file_log, skip_batches=skip_steps)[0] \
+        if skip_steps else None
     val_ds = builders.build_eval_dataset(cfg, ctx, bad_file_log) if cfg.eval_while_train else None
     micro_steps = train_ds.get_dataset_size()
     steps_per_epoch = micro_steps // cfg.accumulation_step
     if steps_per_epoch < 1:
         raise UserError(f"{cfg.data_path}: {micro_steps} batches per epoch, fewer than "
                         f"accumulation_step {cfg.accumulation_step}")
+    if resume_path:
+        check_resume(meta, resume_path, dict(steps_per_epoch=micro_steps))
     lr_schedule, peak_lr, global_batch = builders.build_lr_schedule(cfg, steps_per_epoch, ctx.group_size)
     log(f"global batch {global_batch}, peak lr {peak_lr:.6g}, {steps_per_epoch} optimizer steps per epoch")
 
@@ -100,39 +152,49 @@ def train(cfg, ctx, output_dir, max_steps=None):
 
     record = settings_from_config(cfg, split_classes(cfg.data_path, cfg.train_split))
     manager = CheckpointManager(output_dir, cfg.arch, cfg.keep_checkpoint_max, is_main=ctx.is_main,
-                                extra_meta=checkpoint_entry(record))
+                                run_meta=dict(shape, steps_per_epoch=micro_steps), extra_meta=checkpoint_entry(record))
     if resume_path:
         state = load_training_state(train_cell, resume_path)
         manager.best_top1 = state["best_top1"]
-        log(f"resumed from {resume_path}: epoch {state['epoch']}, step {state['global_step']}")
-    elif cfg.resume:
+        within = f" + {skip_steps} step(s) of epoch {start_epoch + 1}" if skip_steps else ""
+        log(f"resumed from {resume_path}: epoch {state['epoch']}{within}, step {state['global_step']}")
+    if resumed:  # rank 0's state on every rank: other nodes need not see rank 0's disk
+        ctx.share_parameters(train_cell)
+        if not ctx.is_main:
+            log(f"resumed from rank 0's checkpoint: epoch {start_epoch}, {skip_steps} step(s) into the next")
+    if cfg.resume and not resumed:
         log(f"--resume {cfg.resume}: no checkpoint in {output_dir} yet, starting from scratch")
 
     eval_fn = builders.build_eval_fn(cfg, ctx, train_cell, network, val_ds) if val_ds is not None else None
     callbacks = builders.build_callbacks(cfg, ctx, log, output_dir, manager, train_cell, eval_fn, micro_steps,
-                                         lr_schedule, resumed=bool(resume_path))
+                                         lr_schedule, resumed=bool(resumed), stop_request=stop_request,
+                                         skip_steps=skip_steps)
     limit = None
     if max_steps is not None:
-        from src.tools.callbacks import StepLimit
+        from src.tools.callbacks import ProgressLogger, StepLimit
 
         limit = StepLimit(max_steps)
-        callbacks[0].max_steps = max_steps  # ProgressLogger's ETA
+        next(c for c in callbacks if isinstance(c, ProgressLogger)).max_steps = max_steps  # its ETA
     from src.data.dataset import reported_data_errors
+    from src.tools.callbacks import NonFiniteLossGuard, StopOnSignal
 
     start = time.time()
     with reported_data_errors():
         # StepLimit first: ProgressLogger logs the step that ends the run
-        run(train_ds, [limit] + callbacks if limit else callbacks, start_epoch)
+        run(train_ds, [limit] + callbacks if limit else callbacks, start_epoch, rest_of_epoch)
     log(f"training finished in {(time.time() - start) / 60:.1f} min; steps skipped for non-finite values: "
         f"{int(train_cell.overflow_count.asnumpy())}")
     if manager.best_top1 is not None:
         log(f"best top1 {manager.best_top1:.4f}: {manager.best_path}")
     if limit is not None and limit.reached:
         log(f"stopped at --max_steps {max_steps}: {manager.latest_path} (--resume auto continues with the next epoch)")
-    guard = callbacks[1]
+    guard = next(c for c in callbacks if isinstance(c, NonFiniteLossGuard))
     if guard.stopped:
         log(guard.message)
         return 1
+    stopper = next((c for c in callbacks if isinstance(c, StopOnSignal)), None)
+    if stopper is not None and stopper.signum:
+        return exit_status(stopper.signum)
     return 0
 
 

@@ -3,10 +3,13 @@
 # not run). The sourcing script defines usage() and checks its argument count first; this file
 # resolves ROOT and PYTHON and offers checks that print the usage and exit 1 on a bad argument.
 #
-#   RUN_DIR  run directory (default: ./runs/<kind>-<date>-<time>): logs/ holds the launcher's
-#            logs, output/ is train.py's output_dir (checkpoints, train.log, metrics, curves).
-#            train.py's rank 0 decides on it for every rank: an output/ left by an earlier run
-#            with the same RUN_DIR is continued with --resume auto, else output-1/ is used
+#   RUN_DIR  run directory (default: ./runs/<kind>-<JOB_ID>, or ./runs/<kind>-<date>-<time>
+#            without a JOB_ID): logs/ holds the launcher's logs, output/ is train.py's output_dir
+#            (checkpoints, train.log, metrics, curves). train.py's rank 0 decides on it for every
+#            rank: an output/ left by an earlier run with the same RUN_DIR is continued with
+#            --resume auto, else output-1/ is used
+#   JOB_ID   a name all nodes of one job share (default: $SLURM_JOB_ID when set), so that they
+#            agree on the run directory's name without a shared clock
 #   PYTHON   interpreter (default: the repository's .venv, else python3)
 # shellcheck disable=SC2034  # ROOT, PYTHON and RUN_DIR are used by the scripts that source this file
 
@@ -37,7 +40,8 @@ positive_int() {  # positive_int <value> <name>
 }
 
 make_run_dir() {  # make_run_dir <kind>: sets RUN_DIR (absolute) and creates RUN_DIR/logs
-  RUN_DIR="${RUN_DIR:-$(pwd)/runs/$1-$(date +%Y%m%d-%H%M%S)}"
+  local job="${JOB_ID:-${SLURM_JOB_ID:-}}"
+  RUN_DIR="${RUN_DIR:-$(pwd)/runs/$1-${job:-$(date +%Y%m%d-%H%M%S)}}"
   mkdir -p "$RUN_DIR/logs"
   RUN_DIR="$(realpath -- "$RUN_DIR")"
   echo "run directory: $RUN_DIR"

@@ -11,17 +11,30 @@
 #   MASTER_ADDR       address of the node that runs the scheduler (default 127.0.0.1)
 #   MASTER_PORT       scheduler port, the same on every node (default 8118)
 #   NODE_RANK         index of this node (default: unset, ranks assigned in join order)
-#   CLUSTER_TIMEOUT   seconds to wait for all workers to join (default 600)
+#   CLUSTER_TIMEOUT   seconds before the job gives up on a worker that does not join or answer: the
+#                     same value goes to msrun and to train.py's cluster_timeout (default: the
+#                     --cluster_timeout argument, else the config's cluster_timeout; giving both
+#                     with different values is refused)
+#   JOB_ID            a name shared by all nodes of the job: RUN_DIR defaults to
+#                     ./runs/train_msrun_<n>p-<JOB_ID> (default $SLURM_JOB_ID; see launch_common.sh)
 #   ENTRY_SCRIPT      the Python script each worker runs (default train.py; eval.py with
 #                     --checkpoint PATH evaluates a checkpoint sharded over the workers)
-# Multi-node: run the same command on every node with the same WORKER_NUM, MASTER_ADDR and
-# MASTER_PORT, and LOCAL_WORKER_NUM / NODE_RANK set per node.
+# Multi-node: run the same command on every node with the same WORKER_NUM, MASTER_ADDR,
+# MASTER_PORT and RUN_DIR or JOB_ID, and LOCAL_WORKER_NUM / NODE_RANK set per node. Every node
+# creates its own RUN_DIR (no shared filesystem needed): rank 0 writes the checkpoints and train.log
+# on its node, rank r its train_rank<r>.log on its own.
+# Stopping: SIGTERM or Ctrl-C to this script reaches this node's workers (msrun itself would kill them
+# without a checkpoint): all ranks finish the step, rank 0 writes a mid-epoch checkpoint, and this script
+# exits 143 (SIGTERM) or 130 (Ctrl-C); continue with --resume auto. A second Ctrl-C stops at once. If this
+# script is killed outright, msrun and the workers get SIGTERM from the kernel (setpriv --pdeathsig,
+# prctl in train.py) and stop the same way.
 # A worker that fails (killed, or exiting non-zero) ends the job at once: msrun kills the other workers,
 # this script stops msrun's scheduler and prints one line naming the worker, its exit status or signal,
 # its last `error:` line and its log; the exit status is the worker's (128 + signal when killed).
-# Writes RUN_DIR/logs/msrun.log (the launcher), RUN_DIR/logs/msrun/{scheduler,worker_<rank>}.log
+# Writes LOGS/msrun.log (the launcher), LOGS/msrun/{scheduler,worker_<rank>}.log, where LOGS is
+# RUN_DIR/logs, or RUN_DIR/logs/node<NODE_RANK> in a job over several nodes (a shared RUN_DIR holds all),
 # and RUN_DIR/output (train.py's run directory: rank 0's files, train_rank<r>.log of the others);
-# RUN_DIR defaults to ./runs/train_msrun_<n>p-<date>-<time> (see scripts/launch_common.sh).
+# RUN_DIR defaults to ./runs/train_msrun_<n>p-<JOB_ID or date-time> (see scripts/launch_common.sh).
 set -euo pipefail
 # shellcheck source=scripts/script_help.sh
 source "$(dirname "${BASH_SOURCE[0]}")/script_help.sh"
@@ -29,7 +42,8 @@ show_help_if_asked "${BASH_SOURCE[0]}" "$@"
 
 usage() {
   echo "Usage: bash $0 [WORKER_NUM] [CONFIG_PATH] [--key value ...]" >&2
-  echo "  environment: LOCAL_WORKER_NUM, MASTER_ADDR, MASTER_PORT, NODE_RANK, CLUSTER_TIMEOUT, ENTRY_SCRIPT" >&2
+  echo "  environment: LOCAL_WORKER_NUM, MASTER_ADDR, MASTER_PORT, NODE_RANK, CLUSTER_TIMEOUT, JOB_ID, RUN_DIR," \
+    "ENTRY_SCRIPT" >&2
 }
 if [ $# -lt 2 ]; then
   usage
@@ -43,11 +57,40 @@ CONFIG_PATH="$(existing_file "$2" CONFIG_PATH)"
 shift 2
 LOCAL_WORKER_NUM="$(positive_int "${LOCAL_WORKER_NUM:-$WORKER_NUM}" LOCAL_WORKER_NUM)"
 MASTER_PORT="$(positive_int "${MASTER_PORT:-8118}" MASTER_PORT)"
-CLUSTER_TIMEOUT="$(positive_int "${CLUSTER_TIMEOUT:-600}" CLUSTER_TIMEOUT)"
 ENTRY_SCRIPT="$(existing_file "${ENTRY_SCRIPT:-$ROOT/train.py}" ENTRY_SCRIPT)"
 if [ "$LOCAL_WORKER_NUM" -gt "$WORKER_NUM" ]; then
   bad_argument "LOCAL_WORKER_NUM $LOCAL_WORKER_NUM exceeds WORKER_NUM $WORKER_NUM"
 fi
+if [ "$LOCAL_WORKER_NUM" -lt "$WORKER_NUM" ] && [ -z "${RUN_DIR:-}${JOB_ID:-}${SLURM_JOB_ID:-}" ]; then
+  bad_argument "a job over several nodes (LOCAL_WORKER_NUM $LOCAL_WORKER_NUM of WORKER_NUM $WORKER_NUM) needs RUN_DIR or JOB_ID, the same on every node"
+fi
+
+# The one timeout: --cluster_timeout among the arguments, else CLUSTER_TIMEOUT, else the config's value.
+ARG_TIMEOUT=""
+PREVIOUS=""
+for ARG in "$@"; do
+  case "$ARG" in
+    --cluster_timeout=*) ARG_TIMEOUT="${ARG#*=}" ;;
+    *) if [ "$PREVIOUS" = --cluster_timeout ]; then ARG_TIMEOUT="$ARG"; fi ;;
+  esac
+  PREVIOUS="$ARG"
+done
+if [ -n "$ARG_TIMEOUT" ] && [ -n "${CLUSTER_TIMEOUT:-}" ] && [ "$ARG_TIMEOUT" != "$CLUSTER_TIMEOUT" ]; then
+  bad_argument "CLUSTER_TIMEOUT $CLUSTER_TIMEOUT differs from --cluster_timeout $ARG_TIMEOUT: give one"
+fi
+TIMEOUT_ARGS=()
+if [ -z "$ARG_TIMEOUT" ]; then
+  if [ -z "${CLUSTER_TIMEOUT:-}" ]; then
+    CLUSTER_TIMEOUT="$("$PYTHON" -c 'import sys; sys.path.insert(0, sys.argv[1])
+from src.config import UserError, load_config
+try:
+    print(load_config(sys.argv[2]).cluster_timeout)
+except UserError as exc:
+    sys.exit(f"error: {exc}")' "$ROOT" "$CONFIG_PATH")" || exit 2
+  fi
+  TIMEOUT_ARGS=(--cluster_timeout "$CLUSTER_TIMEOUT")
+fi
+CLUSTER_TIMEOUT="$(positive_int "${ARG_TIMEOUT:-$CLUSTER_TIMEOUT}" CLUSTER_TIMEOUT)"
 NODE_ARGS=()
 if [ -n "${NODE_RANK:-}" ]; then
   NODE_ARGS=(--node_rank "$(non_negative_int "$NODE_RANK" NODE_RANK)")
@@ -55,24 +98,45 @@ fi
 make_run_dir "$(basename "$ENTRY_SCRIPT" .py)_msrun_${WORKER_NUM}p"
 
 # msrun starts each worker as `python <script>`, the first `python` on PATH: make it $PYTHON
-mkdir -p "$RUN_DIR/logs/bin"
-printf '#!/bin/sh\nexec %q "$@"\n' "$(command -v "$PYTHON")" > "$RUN_DIR/logs/bin/python"
-chmod +x "$RUN_DIR/logs/bin/python"
+LOGS="$RUN_DIR/logs"
+if [ "$LOCAL_WORKER_NUM" -lt "$WORKER_NUM" ]; then LOGS="$RUN_DIR/logs/node${NODE_RANK:-$(hostname)}"; fi
+mkdir -p "$LOGS/bin"
+printf '#!/bin/sh\nexec %q "$@"\n' "$(command -v "$PYTHON")" > "$LOGS/bin/python"
+chmod +x "$LOGS/bin/python"
 
-MSRUN_LOG="$RUN_DIR/logs/msrun.log"
-echo "log: $MSRUN_LOG"
-env PATH="$RUN_DIR/logs/bin:$PATH" "$PYTHON" -m mindspore.parallel.cluster.run \
+MSRUN_LOG="$LOGS/msrun.log"
+echo "log: $MSRUN_LOG (cluster timeout ${CLUSTER_TIMEOUT} s)"
+# msrun in a session of its own: a Ctrl-C at the terminal reaches this script only (msrun would kill the
+# workers with SIGKILL); with setpriv, msrun gets SIGTERM when this script dies. --tail_worker_log names no
+# existing rank: no `tail -f` copies of the worker logs into msrun.log, which outlived a killed msrun.
+DETACH=(setsid)
+if command -v setpriv > /dev/null; then DETACH+=(setpriv --pdeathsig TERM); fi
+env PATH="$LOGS/bin:$PATH" "${DETACH[@]}" "$PYTHON" -m mindspore.parallel.cluster.run \
   --worker_num "$WORKER_NUM" --local_worker_num "$LOCAL_WORKER_NUM" \
   --master_addr "${MASTER_ADDR:-127.0.0.1}" --master_port "$MASTER_PORT" "${NODE_ARGS[@]}" \
-  --cluster_time_out "$CLUSTER_TIMEOUT" --log_dir "$RUN_DIR/logs/msrun" --join True \
-  "$ENTRY_SCRIPT" --config "$CONFIG_PATH" --output_dir "$RUN_DIR/output" "$@" > "$MSRUN_LOG" 2>&1 &
+  --cluster_time_out "$CLUSTER_TIMEOUT" --log_dir "$LOGS/msrun" --join True --tail_worker_log "$WORKER_NUM" \
+  "$ENTRY_SCRIPT" --config "$CONFIG_PATH" --output_dir "$RUN_DIR/output" "${TIMEOUT_ARGS[@]}" "$@" \
+  > "$MSRUN_LOG" 2>&1 &
 MSRUN_PID=$!
+
+STOPPED_BY=""
+forward() {  # forward <signal>: to this node's workers (train.py: finish the step, checkpoint, exit)
+  STOPPED_BY="$1"
+  local pid
+  for pid in $(ps -o pid= --ppid "$MSRUN_PID"); do
+    if tr '\0' '\n' < "/proc/$pid/environ" 2> /dev/null | grep -qx MS_ROLE=MS_WORKER; then
+      kill -s "$1" "$pid" 2> /dev/null || true
+    fi
+  done
+}
+trap 'forward TERM' TERM
+trap 'forward INT' INT
 
 # When a worker fails, msrun kills the other workers of this node within a second, then waits for its
 # scheduler, which gives up on the lost worker only after the cluster timeout (train.py's cluster_timeout,
 # 600 s by default; measured). SIGINT makes msrun kill the scheduler too, at once.
 while kill -0 "$MSRUN_PID" 2> /dev/null; do
-  if grep -q "exit with exception" "$MSRUN_LOG"; then
+  if [ -z "$STOPPED_BY" ] && grep -q "exit with exception" "$MSRUN_LOG"; then
     sleep 2
     kill -INT "$MSRUN_PID" 2> /dev/null || true
     break
@@ -81,6 +145,16 @@ while kill -0 "$MSRUN_PID" 2> /dev/null; do
 done
 STATUS=0
 wait "$MSRUN_PID" || STATUS=$?
+while kill -0 "$MSRUN_PID" 2> /dev/null; do  # a trap interrupted the wait
+  STATUS=0
+  wait "$MSRUN_PID" || STATUS=$?
+done
+if [ -n "$STOPPED_BY" ]; then
+  CODE=$(( 128 + $(kill -l "$STOPPED_BY") ))
+  echo "stopped by SIG$STOPPED_BY: the workers finished their step and rank 0 wrote a checkpoint (see" \
+    "$RUN_DIR/output/train.log on node 0); continue with --resume auto" >&2
+  exit "$CODE"
+fi
 
 # msrun logs "Worker process <pid> exit with exception. Error code: <code>"; MindSpore's lines in the
 # worker's own log carry its pid, which gives its rank.
@@ -89,13 +163,18 @@ if [ -n "$FAILED" ]; then
   PID="$(cut -d ' ' -f 3 <<< "$FAILED")"
   CODE="${FAILED##* }"
   WORKER="a worker (pid $PID)" WORKER_LOG="$MSRUN_LOG" DETAIL=""
-  for LOG in "$RUN_DIR/logs/msrun"/worker_*.log; do
+  for LOG in "$LOGS/msrun"/worker_*.log; do
     if grep -q "($PID," "$LOG" 2> /dev/null; then
       RANK="${LOG##*/worker_}"
       WORKER="worker ${RANK%.log} (pid $PID)" WORKER_LOG="$LOG"
       DETAIL="$(grep '^error: ' "$LOG" | tail -n 1 || true)"
     fi
   done
+  if [ "$CODE" -eq 143 ] || [ "$CODE" -eq 130 ]; then
+    echo "error: $WORKER stopped on SIG$(kill -l $(( CODE - 128 ))) after the job's checkpoint was written" \
+      "(this or another node was stopped); continue with --resume auto; see $WORKER_LOG" >&2
+    exit "$CODE"
+  fi
   if [ "$CODE" -lt 0 ]; then
     if [ "$CODE" -eq -15 ]; then  # how MindSpore ends a worker that lost another one (after cluster_timeout)
       DETAIL=" (SIGTERM: MindSpore stops a worker this way when another worker is lost)"
@@ -105,6 +184,15 @@ if [ -n "$FAILED" ]; then
   fi
   echo "error: $WORKER exited with status $CODE${DETAIL:+ ($DETAIL)}; the other workers were stopped; see $WORKER_LOG" >&2
   exit "$CODE"
+fi
+# Several launchers on one machine (nodes sharing a host, as in tests/reliability/test_multinode.py): each
+# msrun whose MASTER_ADDR is local starts a scheduler; the later ones find MASTER_PORT taken and exit, while the
+# first one serves the whole job. Not a failure when every worker of this node finished (no worker failed:
+# see above).
+if [ "$STATUS" -ne 0 ] && grep -q "Failed to init the tcp server" "$LOGS/msrun/scheduler.log" 2> /dev/null; then
+  echo "note: this node's scheduler found MASTER_PORT $MASTER_PORT taken by another launcher on this machine," \
+    "which served the job" >&2
+  STATUS=0
 fi
 if [ "$STATUS" -ne 0 ]; then
   tail -n 20 "$MSRUN_LOG" >&2

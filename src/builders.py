@@ -79,8 +79,9 @@ def build_eval_dataset(cfg, ctx, bad_file_log=None, record=None, class_names=Non
                           **_shards(ctx))
 
 
-def build_train_dataset(cfg, ctx, start_epoch=0, bad_file_log=None):
-    """(training pipeline, mixup or None): augmentation, Mixup/CutMix, sharded by rank.
+def build_train_dataset(cfg, ctx, start_epoch=0, bad_file_log=None, skip_batches=0):
+    """(training pipeline, mixup or None): augmentation, Mixup/CutMix, sharded by rank; skip_batches leaves
+    out the first batches of the epoch (the rest of an epoch a stopped run had begun).
 
     mix_scheme timm: crop, flip, RandAugment and normalization per image, then Mixup/CutMix of the batch.
     mix_scheme deepmind (with Mixup or CutMix on): crop and flip per image, then per example a mix of two
@@ -106,7 +107,7 @@ def build_train_dataset(cfg, ctx, start_epoch=0, bad_file_log=None):
     dataset = create_dataset(cfg.data_path, cfg.train_split, True, cfg.batch_size, transform,
                              num_parallel_workers=cfg.num_parallel_workers, seed=cfg.seed, mixup=mixup,
                              strict_data=cfg.strict_data, start_epoch=start_epoch, bad_file_log=bad_file_log,
-                             **_shards(ctx))
+                             skip_batches=skip_batches, **_shards(ctx))
     return dataset, mixup
 
 
@@ -132,12 +133,13 @@ def build_optimizer(cfg, network, lr_schedule):
 
 
 def build_trainer(cfg, network, loss_fn, optimizer):
-    """(train cell holding all training state, run(dataset, callbacks, initial_epoch)).
+    """(train cell holding all training state, run(dataset, callbacks, initial_epoch, rest_of_epoch=None)).
 
-    In a distributed run, run() ends the process with one error line when a rank is lost (see
-    src.tools.context.lost_rank_ends_process).
+    rest_of_epoch: a dataset of the remaining batches of epoch initial_epoch + 1, which a stopped run
+    had begun; it runs first, as a pass of its own (callbacks[0] must then be a ResumePosition), and
+    `dataset` continues with the next epoch. In a distributed run, run() ends the process with one
+    error line when a rank is lost (see src.tools.context.lost_rank_ends_process).
     """
-    from src.tools.context import lost_rank_ends_process
     from src.trainers import EMA, FunctionalTrainer, create_train_step
 
     ema = EMA(network.get_parameters(), decay=cfg.ema_decay, warmup=cfg.ema_warmup) if cfg.ema else None
@@ -147,21 +149,35 @@ def build_trainer(cfg, network, loss_fn, optimizer):
     if cfg.trainer == "functional":
         trainer = FunctionalTrainer(network, loss_fn, optimizer, **options)
 
-        def run(dataset, callbacks, initial_epoch):
-            with lost_rank_ends_process(cfg.cluster_timeout):
-                trainer.train(dataset, cfg.epochs, callbacks, initial_epoch=initial_epoch)
+        def train_pass(dataset, callbacks, epochs, initial_epoch):
+            trainer.train(dataset, epochs, callbacks, initial_epoch=initial_epoch)
 
-        return trainer.train_cell, run
+        return trainer.train_cell, _resumable_run(cfg, train_pass)
     from mindspore.train import Model
 
     train_step = create_train_step(network, loss_fn, optimizer, **options)
+    model = Model(train_step)
 
-    def run(dataset, callbacks, initial_epoch):
+    def train_pass(dataset, callbacks, epochs, initial_epoch):
+        model.train(epochs, dataset, callbacks=callbacks, dataset_sink_mode=cfg.dataset_sink_mode,
+                    initial_epoch=initial_epoch)
+
+    return train_step, _resumable_run(cfg, train_pass)
+
+
+def _resumable_run(cfg, train_pass):
+    from src.tools.context import lost_rank_ends_process
+
+    def run(dataset, callbacks, initial_epoch, rest_of_epoch=None):
         with lost_rank_ends_process(cfg.cluster_timeout):
-            Model(train_step).train(cfg.epochs, dataset, callbacks=callbacks, dataset_sink_mode=cfg.dataset_sink_mode,
-                                    initial_epoch=initial_epoch)
+            if rest_of_epoch is not None:
+                train_pass(rest_of_epoch, callbacks, initial_epoch + 1, initial_epoch)
+                if callbacks[0].stop_requested or initial_epoch + 1 >= cfg.epochs:
+                    return
+                initial_epoch += 1
+            train_pass(dataset, callbacks, cfg.epochs, initial_epoch)
 
-    return train_step, run
+    return run
 
 
 def build_eval_fn(cfg, ctx, train_cell, network, val_dataset):
@@ -180,17 +196,24 @@ def build_eval_fn(cfg, ctx, train_cell, network, val_dataset):
     return eval_fn
 
 
-def build_callbacks(cfg, ctx, log, output_dir, manager, train_cell, eval_fn, micro_steps, lr_schedule, resumed):
-    """Progress, non-finite guard, evaluation + best checkpoint, unreadable-file report, periodic checkpoints,
-    metrics CSV + curves."""
-    from src.tools.callbacks import BadFileReport, CheckpointCallback, EvalCallback, NonFiniteLossGuard, ProgressLogger
+def build_callbacks(cfg, ctx, log, output_dir, manager, train_cell, eval_fn, micro_steps, lr_schedule, resumed,
+                    stop_request=None, skip_steps=0):
+    """Resume position, progress, non-finite guard, stop on a signal (stop_request: a StopRequest), evaluation +
+    best checkpoint, unreadable-file report, periodic checkpoints, metrics CSV + curves."""
+    from src.tools.callbacks import (BadFileReport, CheckpointCallback, EvalCallback, NonFiniteLossGuard,
+                                     ProgressLogger, ResumePosition, StopOnSignal)
     from src.tools.metrics_log import MetricsCSV
 
     callbacks = [
+        ResumePosition(micro_steps, skip_steps),
         ProgressLogger(cfg.log_interval, micro_steps, cfg.batch_size * ctx.group_size, lr_schedule, cfg.epochs,
                        log_fn=log, is_main=ctx.is_main, accumulation_step=cfg.accumulation_step),
         NonFiniteLossGuard(cfg.max_nonfinite_steps, checkpoint_manager=manager, log_fn=log, is_main=ctx.is_main),
     ]
+    if stop_request is not None:
+        callbacks.append(StopOnSignal(stop_request, manager, train_cell=train_cell,
+                                      agree=ctx.max_over_ranks if ctx.distributed else None, log_fn=log,
+                                      is_main=ctx.is_main))
     if eval_fn is not None:
         callbacks.append(EvalCallback(eval_fn, cfg.eval_interval, checkpoint_manager=manager, train_cell=train_cell,
                                       total_epochs=cfg.epochs, log_fn=log, is_main=ctx.is_main))

@@ -80,6 +80,11 @@ NON_NEGATIVE = dict(low=0)                         # >= 0
 AT_LEAST_ONE = dict(low=1)                         # >= 1
 PROBABILITY = dict(low=0, high=1)                  # [0, 1]
 RATE = dict(low=0, high=1, high_open=True)         # [0, 1)
+# Upper bounds for sizes that set memory or time (a typo such as 1e9 fails here, not in an allocation);
+# every other integer by 2**32 - 1 (seeds are 32-bit; nothing here counts further).
+MAX_PIXELS = 4096
+MAX_BATCH = 65536
+INT_LIMIT = 2 ** 32 - 1
 
 # RandAugment in timm's syntax, "rand" then "-<letters><number>" parts (rand-m9-n2-mstd0.5-inc1),
 # or in DeepMind's, "randaugment_<layers><magnitude 2 digits>" (nfnets: randaugment_415 = 4 x 15).
@@ -88,7 +93,7 @@ RAND_AUGMENT_PATTERN = r"rand(-[a-z]+\d+(\.\d+)?)*|randaugment_\d{3,}"
 GROUPS = {
     "model": (
         Field("arch", str, "dm_nfnet_f0", "network name in the model registry", choices=ARCH_NAMES),
-        Field("num_classes", int, 1000, "number of classes (size of the classifier)", **AT_LEAST_ONE),
+        Field("num_classes", int, 1000, "number of classes (size of the classifier)", low=1, high=1_000_000),
         Field("depths", list, list(_F0.depths), "blocks per stage; must match arch",
               item=int, length=4, **AT_LEAST_ONE),
         Field("drop_rate", float, _F0.drop_rate, "dropout before the classifier", **RATE),
@@ -107,9 +112,9 @@ GROUPS = {
               nullable=True),
         Field("train_split", str, "train", "training sub-folder of data_path"),
         Field("val_split", str, "val", "validation sub-folder of data_path"),
-        Field("num_parallel_workers", int, 16, "data-loading workers per process", **AT_LEAST_ONE),
-        Field("input_size", int, _F0.train_size, "training crop size in pixels", low=64),
-        Field("test_input_size", int, _F0.test_size, "evaluation crop size in pixels", low=64),
+        Field("num_parallel_workers", int, 16, "data-loading workers per process", low=1, high=256),
+        Field("input_size", int, _F0.train_size, "training crop size in pixels", low=64, high=MAX_PIXELS),
+        Field("test_input_size", int, _F0.test_size, "evaluation crop size in pixels", low=64, high=MAX_PIXELS),
         # pixels (the seed's form, DeepMind's eval): squash-resize to test_input_size + crop_pct,
         # then center crop. squash / shorter (timm's form): resize the whole image (squash) or
         # its shorter side to test_input_size / crop_pct, then center crop.
@@ -117,11 +122,11 @@ GROUPS = {
               "how crop_pct is read: pixels, or a fraction (squash/shorter)", choices=("pixels", "squash", "shorter")),
         Field("crop_pct", float, 32,
               "pixels mode: integer pixels added before the center crop; else a fraction in (0, 1]",
-              **NON_NEGATIVE),
+              low=0, high=MAX_PIXELS),
         Field("interpolation", str, "bicubic", "resize interpolation (train and eval)",
               choices=("bicubic", "bilinear", "nearest", "random")),
         Field("eval_batch_size", int, None, "evaluation batch size per process (null: batch_size)",
-              nullable=True, **AT_LEAST_ONE),
+              nullable=True, low=1, high=MAX_BATCH),
     ),
     "augmentation": (
         Field("auto_augment", str, "rand-m5-n4-mstd0.5-inc1",
@@ -135,7 +140,7 @@ GROUPS = {
         Field("hflip", float, 0.5, "horizontal-flip probability", **PROBABILITY),
         Field("re_prob", float, 0.0, "random-erasing probability", **PROBABILITY),
         Field("re_mode", str, "pixel", "random-erasing fill", choices=("const", "rand", "pixel")),
-        Field("re_count", int, 1, "random-erasing boxes per image", **AT_LEAST_ONE),
+        Field("re_count", int, 1, "random-erasing boxes per image", low=1, high=100),
         Field("mix_up", float, 0.8, "Mixup alpha (0: off)", **NON_NEGATIVE),
         Field("cutmix", float, 1.0, "CutMix alpha (0: off)", **NON_NEGATIVE),
         Field("mixup_prob", float, 1.0, "probability of mixing a batch", **PROBABILITY),
@@ -173,7 +178,7 @@ GROUPS = {
     "schedule": (
         Field("lr_scheduler", str, "warmup_cosine", "per-step lr schedule after the warmup",
               choices=("warmup_cosine", "multistep", "exponential", "constant")),
-        Field("epochs", int, 360, "training epochs (warmup included)", **AT_LEAST_ONE),
+        Field("epochs", int, 360, "training epochs (warmup included)", low=1, high=100_000),
         Field("warmup_length", int, 5, "linear-warmup epochs", **NON_NEGATIVE),
         Field("warmup_lr", float, 7e-7, "lr at the first warmup step", **NON_NEGATIVE),
         Field("min_lr", float, 6e-7, "lr at the end of the cosine", **NON_NEGATIVE),
@@ -191,7 +196,7 @@ GROUPS = {
         Field("amp_dtype", str, "float16", "low-precision type of O1-O3 (bfloat16: Ascend 910B and later)",
               choices=("float16", "bfloat16")),
         Field("is_dynamic_loss_scale", bool, True, "dynamic loss scale (overflow steps skipped)"),
-        Field("loss_scale", float, 1024, "fixed loss scale, or the initial dynamic one", low=1),
+        Field("loss_scale", float, 1024, "fixed loss scale, or the initial dynamic one", low=1, high=2 ** 24),
         Field("loss_scale_factor", float, 2, "dynamic: scale change on overflow / after a window",
               low=1, low_open=True),
         Field("loss_scale_window", int, 1000, "dynamic: finite steps before the scale grows",
@@ -206,7 +211,7 @@ GROUPS = {
     "training loop": (
         Field("trainer", str, "model", "model: mindspore Model.train; functional: value_and_grad loop",
               choices=("model", "functional")),
-        Field("batch_size", int, 128, "training batch size per device", **AT_LEAST_ONE),
+        Field("batch_size", int, 128, "training batch size per device", low=1, high=MAX_BATCH),
         Field("eval_while_train", bool, True, "evaluate during training (needed for the best checkpoint)"),
         Field("eval_interval", int, 1, "epochs between evaluations", **AT_LEAST_ONE),
         Field("log_interval", int, 100, "steps between progress lines", **AT_LEAST_ONE),
@@ -223,8 +228,9 @@ GROUPS = {
     ),
     "distributed": (
         Field("distribute", bool, False, "data parallel; also detected from the launcher"),
-        Field("cluster_timeout", int, 600, "seconds before ranks give up on a dead rank",
-              **AT_LEAST_ONE),
+        Field("cluster_timeout", int, 600,
+              "seconds before ranks give up on a dead rank (the msrun launcher uses the same value)",
+              low=1, high=7 * 24 * 3600),
         Field("enable_modelarts", bool, False, "copy data from data_url and results to train_url"),
         Field("train_url", str, None, "ModelArts: OBS URL for the results", nullable=True),
     ),
@@ -236,13 +242,13 @@ GROUPS = {
     "export": (
         Field("file_format", str, "MINDIR", "export format", choices=("MINDIR", "AIR", "ONNX")),
         Field("file_name", str, None, "export file name without extension (null: arch)", nullable=True),
-        Field("export_batch_size", int, 1, "batch size of the exported graph", **AT_LEAST_ONE),
+        Field("export_batch_size", int, 1, "batch size of the exported graph", low=1, high=MAX_BATCH),
     ),
     "system": (
         Field("device_target", str, "Ascend", "backend", choices=("CPU", "GPU", "Ascend")),
-        Field("device_id", int, 0, "device index on this machine", **NON_NEGATIVE),
+        Field("device_id", int, 0, "device index on this machine", low=0, high=4095),
         Field("mode", str, "graph", "execution mode", choices=("graph", "pynative")),
-        Field("seed", int, 0, "random seed (weights, data order, augmentation)", **NON_NEGATIVE),
+        Field("seed", int, 0, "random seed (weights, data order, augmentation)", low=0, high=2 ** 32 - 1),
         Field("deterministic", bool, False, "deterministic kernels (slower; for exact resume checks)"),
     ),
 }
@@ -449,6 +455,10 @@ def _check_scalar(kind, value, where):
         value = float(value)
         if not math.isfinite(value):
             raise ConfigError(f"{where}: expected a finite number, got {value}")
+    if kind is int and abs(value) > INT_LIMIT:
+        raise ConfigError(f"{where}: {value} is out of range (at most {INT_LIMIT})")
+    if kind is str and "\0" in value:
+        raise ConfigError(f"{where}: contains a NUL character")
     return value
 
 
@@ -456,6 +466,10 @@ def _check_value(field, value, where):
     """Allowed values, ranges, list length and pattern; returns the canonical value."""
     if value is None:
         return None
+    texts = value if isinstance(value, list) else [value]
+    if (field.type is str or field.item is str) and not all(isinstance(t, str) and t.strip() for t in texts):
+        raise ConfigError(f"{where}: must not be empty" + (" (nor hold an empty name)" if field.type is list else
+                                                          " (or leave the key out for its default)"))
     if field.choices:
         canonical = {c.lower(): c for c in field.choices}.get(value.lower())
         if canonical is None:

@@ -159,3 +159,26 @@ def test_shellcheck_passes_on_the_launch_scripts():
     scripts = [os.path.join("scripts", s) for s in sorted(LAUNCHERS)] + ["scripts/launch_common.sh"]
     result = subprocess.run(["shellcheck", "-x", *scripts], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout
+
+
+def test_msrun_over_several_nodes_needs_a_shared_run_dir_name(tmp_path):
+    """Each node's launcher would otherwise name RUN_DIR after its own clock."""
+    result = bash("run_distribute_train_msrun.sh", "2", CONFIG, cwd=tmp_path,
+                  env={"LOCAL_WORKER_NUM": "1", "NODE_RANK": "1", "SLURM_JOB_ID": ""})
+    assert result.returncode == 1
+    assert ("error: a job over several nodes (LOCAL_WORKER_NUM 1 of WORKER_NUM 2) needs RUN_DIR or JOB_ID, the same "
+            "on every node") in result.stderr
+    assert os.listdir(tmp_path) == []
+
+
+def test_msrun_has_one_cluster_timeout(tmp_path):
+    """CLUSTER_TIMEOUT and --cluster_timeout are the same setting: two different values are refused."""
+    result = bash("run_distribute_train_msrun.sh", "2", CONFIG, "--cluster_timeout", "600", cwd=tmp_path,
+                  env={"CLUSTER_TIMEOUT": "120"})
+    assert result.returncode == 1
+    assert "error: CLUSTER_TIMEOUT 120 differs from --cluster_timeout 600: give one" in result.stderr
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("cluster_timeout: 0\n")
+    result = bash("run_distribute_train_msrun.sh", "2", bad, cwd=tmp_path)
+    assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == (
+        f"error: {bad}: cluster_timeout: must be in [1, 604800], got 0")

@@ -268,12 +268,16 @@ class EpochShardSampler(ds.Sampler):
     Each ``__iter__`` call is one epoch, counted from ``start_epoch``. The order is a
     permutation seeded by (seed, epoch), identical on every rank; it is wrapped
     around to a multiple of ``num_shards`` so every shard has ceil(N / num_shards) items.
+    ``skip`` leaves out the first items of every epoch's shard: a sampler for the rest of an
+    epoch that a stopped run had begun (MindSpore fixes the item count per pass, so that
+    rest is a pipeline of its own).
 
     With ``pairs`` each item is a pair (a, b) of indices from two independent permutations,
     yielded as ``(epoch * num_items + a) * num_items + b`` (see PairTrainSource).
     """
 
-    def __init__(self, num_items, num_shards=1, shard_id=0, shuffle=True, seed=0, start_epoch=0, pairs=False):
+    def __init__(self, num_items, num_shards=1, shard_id=0, shuffle=True, seed=0, start_epoch=0, pairs=False,
+                 skip=0):
         self.num_items = num_items
         self.pairs = pairs
         self.num_shards = num_shards
@@ -281,10 +285,11 @@ class EpochShardSampler(ds.Sampler):
         self.shuffle = shuffle
         self.seed = seed
         self.epoch = start_epoch
+        self.skip = int(skip)
         super().__init__()
 
     def __len__(self):
-        return math.ceil(self.num_items / self.num_shards)
+        return math.ceil(self.num_items / self.num_shards) - self.skip
 
     def epoch_indices(self, epoch, stream=0):
         """This shard's indices of ``epoch``; ``stream`` 1 is the second, independent permutation of pairs."""
@@ -293,34 +298,35 @@ class EpochShardSampler(ds.Sampler):
             order = np.random.default_rng(words).permutation(self.num_items)
         else:  # unshuffled pairs take image i with image i + N/2, never with itself
             order = np.roll(np.arange(self.num_items), -(self.num_items // 2) if stream else 0)
-        order = np.resize(order, len(self) * self.num_shards)  # wraps around
+        order = np.resize(order, math.ceil(self.num_items / self.num_shards) * self.num_shards)  # wraps around
         return order[self.shard_id::self.num_shards]
 
     def __iter__(self):
         epoch = self.epoch
         self.epoch += 1
         offset = epoch * self.num_items
-        first = self.epoch_indices(epoch)
+        first = self.epoch_indices(epoch)[self.skip:]
         if not self.pairs:
             return iter([offset + int(i) for i in first])
-        second = self.epoch_indices(epoch, stream=1)
+        second = self.epoch_indices(epoch, stream=1)[self.skip:]
         return iter([(offset + int(a)) * self.num_items + int(b) for a, b in zip(first, second)])
 
 
 class MixupBatch:
     """``per_batch_map`` of the training batch: stacks the batch and applies ``mixup``, seeded per batch."""
 
-    def __init__(self, mixup, seed=0, start_epoch=0):
+    def __init__(self, mixup, seed=0, start_epoch=0, skip_batches=0):
         self.mixup = mixup
         self.seed = seed
         self.start_epoch = start_epoch
+        self.skip_batches = skip_batches  # batches of each epoch left out (see EpochShardSampler's skip)
 
     def __call__(self, images, labels, batch_info):
         x = np.stack(images).astype(np.float32, copy=False)
         y = np.asarray(labels, dtype=np.int64)
         epoch = self.start_epoch + batch_info.get_epoch_num()
         # the 2**31 word keeps mixup draws apart from the per-sample draws of the same epoch
-        with _seeded_random_state(self.seed, epoch, batch_info.get_batch_num(), 2 ** 31):
+        with _seeded_random_state(self.seed, epoch, self.skip_batches + batch_info.get_batch_num(), 2 ** 31):
             x, targets = self.mixup(x, y)
         x = np.asarray(x, dtype=np.float32)
         targets = np.asarray(targets, dtype=np.float32)
@@ -331,14 +337,15 @@ class MixPairsBatch:
     """``per_batch_map`` of DeepMind's mix scheme: (images, mix_images, labels, mix_labels) -> (images, targets),
     seeded per batch like MixupBatch."""
 
-    def __init__(self, mix, seed=0, start_epoch=0):
+    def __init__(self, mix, seed=0, start_epoch=0, skip_batches=0):
         self.mix = mix
         self.seed = seed
         self.start_epoch = start_epoch
+        self.skip_batches = skip_batches  # batches of each epoch left out (see EpochShardSampler's skip)
 
     def __call__(self, images, mix_images, labels, mix_labels, batch_info):
         epoch = self.start_epoch + batch_info.get_epoch_num()
-        with _seeded_random_state(self.seed, epoch, batch_info.get_batch_num(), 2 ** 31):
+        with _seeded_random_state(self.seed, epoch, self.skip_batches + batch_info.get_batch_num(), 2 ** 31):
             x, targets = self.mix(np.stack(images), np.stack(mix_images), np.asarray(labels), np.asarray(mix_labels))
         return list(np.asarray(x, dtype=np.float32)), list(np.asarray(targets, dtype=np.float32))
 
@@ -370,7 +377,7 @@ def create_mixup(mix_up=0.0, cutmix=0.0, cutmix_minmax=None, mixup_prob=1.0, swi
 def create_dataset(data_path, split, is_training, batch_size, transform, num_parallel_workers=2, shuffle=None,
                    num_shards=None, shard_id=None, drop_remainder=None, seed=0, mixup=None, strict_data=False,
                    start_epoch=0, bad_file_log=None, python_multiprocessing=DEFAULT_PYTHON_MULTIPROCESSING,
-                   class_names=None):
+                   skip_batches=0, class_names=None):
     """Batched mindspore.dataset pipeline over ``data_path/split`` (columns: see the module docstring).
 
     Args:
@@ -392,6 +399,8 @@ def create_dataset(data_path, split, is_training, batch_size, transform, num_par
         start_epoch: epoch the pipeline's first pass counts as (resume), for the shuffle and the draws.
         bad_file_log: text file that workers append unreadable paths to (see read_bad_file_log).
         python_multiprocessing: process workers (default, measured faster) or threads.
+        skip_batches: training only: leave out the first batches of each epoch (the rest of an epoch
+            that a stopped run had begun; image folders only).
         class_names: the model's classes in label order (from its checkpoint): a folder's label is
             its position there (the folders may be a subset); default: the sorted folder names.
     """
@@ -408,6 +417,8 @@ def create_dataset(data_path, split, is_training, batch_size, transform, num_par
         raise ValueError("mixup applies to training only")
     workers = max(1, int(num_parallel_workers))
     if is_mindrecord_split(data_path, split):
+        if skip_batches:
+            raise DatasetError(f"{data_path}: a MindRecord split cannot resume in the middle of an epoch")
         stored = read_classes(data_path, split)
         if class_names is not None and list(stored) != list(class_names):
             raise DatasetError(f"{os.path.join(data_path, split)}: its classes ({len(stored)}) are not the model's "
@@ -432,7 +443,8 @@ def create_dataset(data_path, split, is_training, batch_size, transform, num_par
     shuffle = True if shuffle is None else shuffle
     drop_remainder = True if drop_remainder is None else drop_remainder
     pairs = getattr(mixup, "mixes_pairs", False)
-    sampler = EpochShardSampler(len(samples), num_shards, shard_id, shuffle, seed, start_epoch, pairs=pairs)
+    sampler = EpochShardSampler(len(samples), num_shards, shard_id, shuffle, seed, start_epoch, pairs=pairs,
+                                skip=skip_batches * batch_size)
     if drop_remainder and len(sampler) < batch_size:
         raise DatasetError(f"{split_dir}: {len(sampler)} images per shard, fewer than one batch of {batch_size}")
     if pairs:
@@ -443,7 +455,7 @@ def create_dataset(data_path, split, is_training, batch_size, transform, num_par
         return dataset.batch(batch_size, drop_remainder=drop_remainder, num_parallel_workers=workers,
                              python_multiprocessing=python_multiprocessing and workers > 1,
                              input_columns=columns, output_columns=["image", "label"],
-                             per_batch_map=MixPairsBatch(mixup, seed, start_epoch))
+                             per_batch_map=MixPairsBatch(mixup, seed, start_epoch, skip_batches))
     source = TrainSource(samples, transform, seed, strict_data, bad_file_log)
     dataset = load_in_workers(source, ["image", "label"], sampler=sampler)
     if mixup is None:
@@ -451,7 +463,7 @@ def create_dataset(data_path, split, is_training, batch_size, transform, num_par
     # one batch worker: the per-batch seeding of the global random state must not interleave
     return dataset.batch(batch_size, drop_remainder=drop_remainder, num_parallel_workers=1,
                          input_columns=["image", "label"], output_columns=["image", "label"],
-                         per_batch_map=MixupBatch(mixup, seed, start_epoch))
+                         per_batch_map=MixupBatch(mixup, seed, start_epoch, skip_batches))
 
 
 def _load_in_workers(source, columns, workers, python_multiprocessing, **sampling):

@@ -3,7 +3,9 @@
 Nothing here imports MindSpore, so train.py / eval.py can validate the dataset
 layout (and fail with one line naming the culprit) before paying for heavy imports.
 """
+import collections
 import os
+import sys
 
 from src.errors import UserError
 
@@ -36,17 +38,73 @@ def find_classes(split_dir):
     return classes
 
 
-def _list_images(class_dir):
-    """Image files under ``class_dir`` (recursively, like torchvision's ImageFolder), sorted by path."""
+def _identity(path):
+    st = os.stat(path)  # follows links
+    return st.st_dev, st.st_ino
+
+
+def _list_images(class_dir, seen, skipped):
+    """Image files under ``class_dir`` (recursively, like torchvision's ImageFolder), sorted by path.
+
+    Links are followed, but no folder and no file is listed twice: ``seen`` holds the identities
+    (device, inode) of the folders and files listed so far in the split, so a link back into the
+    tree (a loop) or to something listed already (a duplicate) is skipped. Skipped entries go
+    to ``skipped`` as (path, reason): those, broken links, files without read permission,
+    folders that cannot be listed and files that are not images by their extension. Hidden
+    names (.DS_Store, .ipynb_checkpoints) are ignored.
+    """
     found = []
-    for dirpath, dirnames, filenames in os.walk(class_dir, followlinks=True):
-        dirnames[:] = [d for d in dirnames if not d.startswith(".")]
-        found.extend(os.path.join(dirpath, f) for f in filenames
-                     if f.lower().endswith(IMG_EXTENSIONS) and not f.startswith("."))
+
+    def unlisted(err):
+        skipped.append((err.filename, f"cannot list the folder ({err.strerror})"))
+
+    for dirpath, dirnames, filenames in os.walk(class_dir, onerror=unlisted, followlinks=True):
+        if dirpath == class_dir:
+            seen.setdefault(_identity(dirpath), dirpath)
+        kept = []
+        for d in sorted(dirnames):
+            path = os.path.join(dirpath, d)
+            if d.startswith("."):
+                continue
+            key = _identity(path)
+            if key in seen:
+                skipped.append((path, f"a link to a folder listed already ({seen[key]}): loop or duplicate"))
+                continue
+            seen[key] = path
+            kept.append(d)
+        dirnames[:] = kept
+        for name in sorted(filenames):
+            path = os.path.join(dirpath, name)
+            if name.startswith("."):
+                continue
+            if not name.lower().endswith(IMG_EXTENSIONS):
+                skipped.append((path, "not an image (extension)"))
+                continue
+            try:
+                key = _identity(path)
+            except OSError as err:
+                skipped.append((path, "broken link" if os.path.islink(path) else err.strerror))
+                continue
+            if key in seen:
+                skipped.append((path, f"the same file as {seen[key]}"))
+            elif not os.access(path, os.R_OK):
+                skipped.append((path, "no read permission"))
+            else:
+                seen[key] = path
+                found.append(path)
     return sorted(found)
 
 
-def scan_image_folder(split_dir, class_names=None):
+def describe_skipped(split_dir, skipped, limit=5):
+    """One line: how many entries of a split were skipped, by reason, and the first few paths."""
+    reasons = collections.Counter(reason.split(" (")[0].split(" as ")[0] for _, reason in skipped)
+    counts = ", ".join(f"{n} {reason}" for reason, n in sorted(reasons.items()))
+    shown = "; ".join(f"{path}: {reason}" for path, reason in skipped[:limit])
+    more = f"; ... ({len(skipped) - limit} more)" if len(skipped) > limit else ""
+    return f"{split_dir}: skipped {len(skipped)} entries ({counts}): {shown}{more}"
+
+
+def scan_image_folder(split_dir, class_names=None, skipped=None):
     """List the images of one split.
 
     Returns ``(samples, classes)``: ``samples`` is a list of ``(path, class_index)``
@@ -56,6 +114,9 @@ def scan_image_folder(split_dir, class_names=None):
     position in that list instead; the folders may be any subset of it.
     Only names ending in one of ``IMG_EXTENSIONS`` (any case) are images; whether
     they decode is checked when they are loaded (see ``dataset.ImageFolderSource``).
+
+    Entries that are not listed (see ``_list_images``: loops, duplicates, broken links,
+    unreadable files and folders, non-images) are appended to ``skipped`` as (path, reason).
 
     Raises DatasetError for a missing path, a split without class folders, a split
     without images, or class folders that hold no image.
@@ -68,10 +129,11 @@ def scan_image_folder(split_dir, class_names=None):
         if unknown:
             raise DatasetError(f"class folders of {split_dir} that the model does not know: {_short_list(unknown)} "
                                f"(its {len(class_names)} classes: {_short_list(class_names)})")
-    samples, empty = [], []
+    samples, empty, seen = [], [], {}
+    skipped = [] if skipped is None else skipped
     for name in classes:
         index = index_of[name]
-        files = _list_images(os.path.join(split_dir, name))
+        files = _list_images(os.path.join(split_dir, name), seen, skipped)
         if not files:
             empty.append(name)
         samples.extend((path, index) for path in files)
@@ -99,7 +161,8 @@ def resolve_split(data_path, split):
     return os.path.dirname(path), os.path.basename(path)
 
 
-def check_dataset_layout(data_path, train_split="train", val_split="val", num_classes=None, class_names=None):
+def check_dataset_layout(data_path, train_split="train", val_split="val", num_classes=None, class_names=None,
+                         warn=None):
     """Check ``data_path/<train_split>`` and ``data_path/<val_split>`` before a model is built.
 
     Either split may be None to skip it (eval.py needs only the validation split).
@@ -107,8 +170,12 @@ def check_dataset_layout(data_path, train_split="train", val_split="val", num_cl
     differ between the splits (naming the classes only in one of them), or when
     their number differs from ``num_classes``. Returns the sorted class names.
     With ``class_names`` (a checkpoint's classes) the folders must be a subset of them
-    instead, in any number.
+    instead, in any number. Entries skipped in a split (see ``scan_image_folder``) are
+    reported in one `warning:` line per split through ``warn`` (default: stderr).
     """
+    if warn is None:
+        def warn(line):
+            print(f"warning: {line}", file=sys.stderr, flush=True)
     if not os.path.isdir(data_path):
         raise DatasetError(f"dataset path not found: {data_path}")
     found = {}
@@ -119,7 +186,10 @@ def check_dataset_layout(data_path, train_split="train", val_split="val", num_cl
         if is_mindrecord_split(data_path, split):  # converted by src.data.to_mindrecord
             found[split_dir] = read_classes(data_path, split)
         else:
-            found[split_dir] = scan_image_folder(split_dir, class_names)[1]
+            skipped = []
+            found[split_dir] = scan_image_folder(split_dir, class_names, skipped)[1]
+            if skipped:
+                warn(describe_skipped(split_dir, skipped))
     if not found:
         raise DatasetError("check_dataset_layout needs at least one split")
     (first_dir, first), *rest = found.items()

@@ -24,12 +24,17 @@ from mindspore import Tensor
 from mindspore.train import Callback
 
 __all__ = ["ProgressLogger", "EvalCallback", "CheckpointCallback", "NonFiniteLossGuard", "BadFileReport",
-           "StepLimit", "epoch_record", "step_loss", "DIVERGED", "STEP_LIMIT_REACHED"]
+           "ResumePosition", "StopOnSignal", "StepLimit", "epoch_record", "step_loss", "DIVERGED", "PREEMPTED",
+           "STEP_LIMIT_REACHED"]
 
 # cb_params key set by NonFiniteLossGuard when it stops a run.
 DIVERGED = "training_diverged"
+# cb_params key set by StopOnSignal when a signal stops a run (it has written the checkpoint).
+PREEMPTED = "training_preempted"
 # cb_params key set by StepLimit: the epoch it cuts short counts as ended (evaluated, saved).
 STEP_LIMIT_REACHED = "step_limit_reached"
+# cb_params key set by ResumePosition: steps of the current epoch run before this pass (a resumed epoch).
+_STEPS_BEFORE = "epoch_steps_before"
 _RECORD = "epoch_record"
 _STEP_RECORD = "step_record"
 
@@ -69,7 +74,8 @@ class _EpochCallback(Callback):
     """Tracks how many steps the current epoch has run, for callbacks acting at its end."""
 
     def on_train_epoch_begin(self, run_context):
-        self._epoch_start_step = run_context.original_args().cur_step_num
+        cb_params = run_context.original_args()
+        self._epoch_start_step = cb_params.cur_step_num - cb_params.get(_STEPS_BEFORE, 0)
 
     def _epoch_steps(self, cb_params):
         return cb_params.cur_step_num - getattr(self, "_epoch_start_step", 0)
@@ -77,7 +83,7 @@ class _EpochCallback(Callback):
     def _epoch_complete(self, cb_params):
         """False when the epoch was cut short by a stop request (other than StepLimit's); such epochs are not saved."""
         ended = self._epoch_steps(cb_params) >= cb_params.batch_num or cb_params.get(STEP_LIMIT_REACHED)
-        return bool(ended) and not cb_params.get(DIVERGED)
+        return bool(ended) and not cb_params.get(DIVERGED) and not cb_params.get(PREEMPTED)
 
     def _due(self, cb_params, interval, total_epochs):
         """Every `interval` epochs, after the last one and when StepLimit ended the run."""
@@ -384,6 +390,8 @@ class CheckpointCallback(_EpochCallback):
         if not self._due(cb, self.save_every_epochs, self.total_epochs):
             return
         if not self._epoch_complete(cb):
+            if cb.get(PREEMPTED):
+                return  # StopOnSignal has written the checkpoint
             if self.checkpoint_manager.is_main:
                 reason = "training diverged" if cb.get(DIVERGED) else "the epoch did not complete"
                 self.log_fn(f"epoch {epoch}: {reason}, no checkpoint written")
@@ -394,6 +402,77 @@ class CheckpointCallback(_EpochCallback):
             self.log_fn(f"saved {path} ({time.time() - start:.1f} s)")
 
 
+class ResumePosition(Callback):
+    """First in the callback list of a run resumed `skip_steps` steps into an epoch.
+
+    That epoch's remaining steps run as a training pass of their own over a dataset of only
+    those batches (train.py); this makes the callbacks count them as steps skip_steps + 1 ...
+    of a `steps_per_epoch`-step epoch, so that step numbers, the lr shown and the checkpoint
+    at the epoch's end are those of the uninterrupted run. `stop_requested` tells whether a
+    pass ended on a stop request (then no further pass runs).
+    """
+
+    def __init__(self, steps_per_epoch, skip_steps=0):
+        super().__init__()
+        self.steps_per_epoch = int(steps_per_epoch)
+        self.skip_steps = int(skip_steps)
+        self.stop_requested = False
+
+    def on_train_begin(self, run_context):
+        run_context.original_args().batch_num = self.steps_per_epoch
+
+    def on_train_epoch_begin(self, run_context):
+        run_context.original_args()[_STEPS_BEFORE] = self.skip_steps
+        self.skip_steps = 0
+
+    def on_train_end(self, run_context):
+        self.stop_requested = run_context.get_stop_requested()
+
+
+class StopOnSignal(_EpochCallback):
+    """At the end of the step in progress when a SIGTERM / Ctrl-C arrived: a checkpoint, then stop.
+
+    `request` is a src.tools.preemption.StopRequest. The checkpoint holds the exact position
+    (the epoch and the steps run in it, see CheckpointManager.save), so `--resume auto`
+    continues with the next step as if nothing had happened. In a distributed run `agree`
+    (RunContext.max_over_ranks) makes every rank see a signal that reached any of them at the
+    same step: all ranks stop together, rank 0 writes the checkpoint and no rank leaves
+    before it is complete. `signum` is the signal that stopped the run, or None.
+    """
+
+    def __init__(self, request, checkpoint_manager, train_cell=None, agree=None, log_fn=print, is_main=True):
+        super().__init__()
+        self.request = request
+        self.checkpoint_manager = checkpoint_manager
+        self.train_cell = train_cell
+        self.agree = agree
+        self.log_fn = log_fn
+        self.is_main = is_main
+        self.signum = None
+        self.path = None
+
+    def on_train_step_end(self, run_context):
+        cb = run_context.original_args()
+        signum = self.request.signum or 0
+        if self.agree is not None:
+            signum = self.agree(signum)
+        if not signum or cb.get(DIVERGED):
+            return
+        import signal
+
+        from src.tools.preemption import exit_status
+
+        epoch, step = cb.cur_epoch_num, self._epoch_steps(cb)
+        cb[PREEMPTED] = True
+        self.signum = signum
+        self.path = self.checkpoint_manager.save(self.train_cell or cb.train_network, epoch, self._global_step(cb),
+                                                 epoch_step=step if step < cb.batch_num else None)
+        if self.agree is not None:
+            self.agree(0)  # no rank exits before rank 0's checkpoint is complete
+        if self.is_main:
+            self.log_fn(f"stopped by {signal.Signals(signum).name} after epoch {epoch} step {step}/{cb.batch_num}: "
+                        f"saved {self.path}; continue with --resume auto (exit status {exit_status(signum)})")
+        run_context.request_stop()
 class StepLimit(_EpochCallback):
     """Ends training after `max_steps` train steps in all (train.py --max_steps: a smoke test, a short fine-tune).
 

@@ -8,16 +8,22 @@ counter, ...) plus a few metadata entries stored through MindSpore's `append_dic
     step_num    train steps (Model.train steps) completed by then
     best_top1   best evaluation top-1 seen so far in the run (absent before the first eval)
     metric_*    the evaluation metrics of the best checkpoint (metric_top1, metric_loss, ...)
+    epoch_step  train steps already run of the epoch after epoch_num (a mid-epoch checkpoint
+                written when the run was stopped by a signal; 0 or absent otherwise)
+    batch_size, device_num, accumulation_step, steps_per_epoch, epochs
+                the run's shape: a resume that would change the step count or the schedule
+                is refused (check_resume), a longer `epochs` is logged as a changed schedule
     data_settings  the run's classes and evaluation transform (src/data/data_settings.py)
 
 Files become visible only complete: `save_checkpoint_atomic` writes a hidden temporary
 file, fsyncs it and renames it into place, so a kill -9 at any moment leaves either the
 previous file or the new one, never a truncated file under a checkpoint's name.
 """
+import contextlib
+import errno
 import glob
 import os
 import re
-import shutil
 import uuid
 
 import numpy as np
@@ -27,12 +33,22 @@ from mindspore import Tensor
 from src.errors import UserError
 from src.models.checkpoint import CheckpointError, describe_mismatch
 
-__all__ = ["CheckpointError", "CheckpointManager", "save_checkpoint_atomic", "remove_partial_files",
-           "read_checkpoint_meta", "find_latest_checkpoint", "load_training_state", "prepare_output_dir",
-           "CONFIG_DERIVED_PARAMS"]
+__all__ = ["CheckpointError", "CheckpointManager", "OutputWriteError", "save_checkpoint_atomic",
+           "remove_partial_files", "read_checkpoint_meta", "find_latest_checkpoint", "load_training_state",
+           "prepare_output_dir", "check_resume", "write_errors_reported", "CONFIG_DERIVED_PARAMS"]
 
 EPOCH_KEY, STEP_KEY, BEST_KEY, METRIC_PREFIX = "epoch_num", "step_num", "best_top1", "metric_"
 SETTINGS_KEY = "data_settings"  # src.data.data_settings.RECORD_KEY
+EPOCH_STEP_KEY = "epoch_step"
+# the run's shape, stored in every checkpoint (see check_resume)
+RUN_KEYS = ("batch_size", "device_num", "accumulation_step", "steps_per_epoch", "epochs")
+# errno values of a write the filesystem refused: full, over quota, read-only, no permission, I/O, too large
+_WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.EFBIG}
+
+
+class OutputWriteError(UserError):
+    """A file of the run could not be written (disk full, read-only, permission): one line naming
+    the path and what was kept."""
 
 # Temporary names start with a dot and carry this marker; nothing else in a run directory does.
 _PARTIAL_MARK = ".partial-"
@@ -46,7 +62,8 @@ CONFIG_DERIVED_PARAMS = ("learning_rate",)
 
 
 def _is_metadata(name):
-    return name in (EPOCH_KEY, STEP_KEY, BEST_KEY, SETTINGS_KEY) or name.startswith(METRIC_PREFIX)
+    return (name in (EPOCH_KEY, STEP_KEY, BEST_KEY, EPOCH_STEP_KEY, SETTINGS_KEY, *RUN_KEYS)
+            or name.startswith(METRIC_PREFIX))
 
 
 def _first_line(exc):
@@ -123,10 +140,12 @@ def save_checkpoint_atomic(cell_or_param_list, path, append_dict=None):
             os.close(fd)
         os.replace(tmp, path)
         _fsync_dir(directory)
-    except BaseException:
+    except BaseException as exc:
         for leftover in (tmp, tmp[:-5] + ".tmp"):
             if os.path.exists(leftover):
                 os.remove(leftover)
+        if isinstance(exc, OSError):
+            raise OutputWriteError(f"cannot write {path}: {exc.strerror or _first_line(exc)}") from None
         raise
     return path
 
@@ -157,7 +176,7 @@ class CheckpointManager:
     `extra_meta` entries (the run's data settings) go into every checkpoint.
     """
 
-    def __init__(self, output_dir, prefix, keep_max, is_main=True, extra_meta=None):
+    def __init__(self, output_dir, prefix, keep_max, is_main=True, run_meta=None, extra_meta=None):
         if keep_max < 1:
             raise ValueError(f"keep_max must be >= 1, got {keep_max}")
         self.output_dir = os.path.abspath(output_dir)
@@ -167,6 +186,7 @@ class CheckpointManager:
         self.extra_meta = dict(extra_meta or {})
         self.best_top1 = None
         self.latest_path = None  # the last complete checkpoint this manager wrote
+        self.run_meta = dict(run_meta or {})  # RUN_KEYS -> this run's values, stored in every checkpoint
         if is_main:
             os.makedirs(self.output_dir, exist_ok=True)
             remove_partial_files(self.output_dir)
@@ -188,16 +208,31 @@ class CheckpointManager:
         return [path for _, _, path in sorted(found)]
 
     def _meta(self, epoch, step):
-        meta = {**self.extra_meta, EPOCH_KEY: int(epoch), STEP_KEY: int(step)}
+        meta = {**self.extra_meta, EPOCH_KEY: int(epoch), STEP_KEY: int(step), **self.run_meta}
         if self.best_top1 is not None:
             meta[BEST_KEY] = float(self.best_top1)
         return meta
 
-    def save(self, train_cell, epoch, step):
-        """Write the epoch checkpoint of `train_cell`, then delete the ones beyond keep_max."""
+    def kept(self):
+        """What a failed write leaves to continue from, in words (for the error line)."""
+        return describe_kept(self.output_dir, self.latest_path)
+
+    def save(self, train_cell, epoch, step, epoch_step=None):
+        """Write the epoch checkpoint of `train_cell`, then delete the ones beyond keep_max.
+
+        With `epoch_step` (a run stopped by a signal), the checkpoint is taken `epoch_step`
+        steps into epoch `epoch`: it stores epoch - 1 completed epochs and the position in the
+        epoch, so that a resume continues with the next step (see check_resume).
+        """
         if not self.is_main:
             return None
-        path = save_checkpoint_atomic(train_cell, self.epoch_path(epoch, step), self._meta(epoch, step))
+        meta = self._meta(epoch, step)
+        if epoch_step is not None:
+            meta.update({EPOCH_KEY: int(epoch) - 1, EPOCH_STEP_KEY: int(epoch_step)})
+        try:
+            path = save_checkpoint_atomic(train_cell, self.epoch_path(epoch, step), meta)
+        except OutputWriteError as exc:
+            raise OutputWriteError(f"{exc}; {self.kept()}") from None
         self.latest_path = path
         older = [p for p in self.epoch_checkpoints() if p != path]
         for stale in older[:max(0, len(older) + 1 - self.keep_max)]:
@@ -217,7 +252,10 @@ class CheckpointManager:
             meta = self._meta(epoch, step)
             meta.update({METRIC_PREFIX + key: value for key, value in metrics.items()
                          if isinstance(value, (int, float, np.number)) and not isinstance(value, bool)})
-            save_checkpoint_atomic(train_cell, self.best_path, meta)
+            try:
+                save_checkpoint_atomic(train_cell, self.best_path, meta)
+            except OutputWriteError as exc:
+                raise OutputWriteError(f"{exc}; {self.kept()}") from None
         return True
 
 
@@ -301,6 +339,57 @@ def find_latest_checkpoint(output_dir, log_fn=print):
     return max(candidates)[2] if candidates else None
 
 
+def check_resume(meta, path, settings, log_fn=print):
+    """Whether and how a run continues from the checkpoint at `path` whose metadata is `meta`.
+
+    `settings` holds this run's RUN_KEYS values (those not known yet may be left out).
+    Raises CheckpointError, one line naming the setting and both values, when a setting that
+    decides the step count or the schedule differs (batch_size, device_num, accumulation_step,
+    steps_per_epoch) or `epochs` is below the epoch reached; returns "finished" when the
+    checkpoint already holds the whole run (epochs reached, no epoch in progress); logs a
+    longer `epochs` as a changed schedule and returns "continue". Checkpoints written before
+    these entries existed are only checked for the epoch.
+    """
+    done, in_epoch = int(meta.get(EPOCH_KEY, 0)), int(meta.get(EPOCH_STEP_KEY, 0) or 0)
+    reached = done + (1 if in_epoch else 0)
+    epochs = settings.get("epochs")
+    if epochs is not None and epochs < reached:
+        raise CheckpointError(f"cannot resume: epochs {epochs} is below the {reached} epoch(s) {path} has reached "
+                              f"(set --epochs {reached} or more)")
+    words = {"device_num": "device count", "steps_per_epoch": "steps per epoch (the training data changed)"}
+    for key in ("batch_size", "device_num", "accumulation_step", "steps_per_epoch"):
+        if key in settings and key in meta and int(meta[key]) != int(settings[key]):
+            raise CheckpointError(f"cannot resume: {words.get(key, key)} is {settings[key]} but {meta[key]} in "
+                                  f"{path}; the step count and the lr schedule depend on it: resume with "
+                                  f"{key} {meta[key]}, or start a new run in another output_dir")
+    if epochs is not None and done == epochs and not in_epoch:
+        return "finished"
+    if epochs is not None and "epochs" in meta and int(meta["epochs"]) != epochs:
+        log_fn(f"schedule changed: epochs {int(meta['epochs'])} -> {epochs}; the lr schedule is rebuilt for "
+               f"{epochs} epochs and continues at step {int(meta.get(STEP_KEY, 0))}")
+    return "continue"
+
+
+def describe_kept(output_dir, latest=None):
+    """What is left in output_dir to continue from after a failed write, in words."""
+    latest = latest or find_latest_checkpoint(output_dir, log_fn=lambda _: None)
+    return (f"kept the last complete checkpoint {latest} (continue with --resume auto once the problem is fixed)"
+            if latest else "no checkpoint of this run was complete yet")
+
+
+@contextlib.contextmanager
+def write_errors_reported(kept):
+    """Within the block, a write the filesystem refuses (full, read-only, permission) becomes one
+    OutputWriteError line naming the path and `kept()`: what is left to continue from."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno not in _WRITE_ERRNOS:
+            raise
+        raise OutputWriteError(f"cannot write {exc.filename or 'a file of the run'}: {exc.strerror}; "
+                               f"{kept()}") from None
+
+
 def load_training_state(train_cell, path, skip=CONFIG_DERIVED_PARAMS):
     """Restore every Parameter of `train_cell` from the checkpoint at `path`.
 
@@ -346,71 +435,37 @@ def load_training_state(train_cell, path, skip=CONFIG_DERIVED_PARAMS):
 
 # --------------------------------------------------------------------------- the run directory
 
-def _is_empty_dir(path):
-    return os.path.isdir(path) and not os.listdir(path)
-
-
 def prepare_output_dir(output_dir, overwrite=False, resume=False, is_main=True, share=None, log_fn=print):
     """The directory this run writes to; an existing non-empty one is never silently reused.
 
-    - missing or empty: created and used;
-    - non-empty with `resume` (a path or "auto"): reused, the run continues there;
-    - non-empty with `overwrite`: reused; the previous run's checkpoints are deleted (they
-      would otherwise be taken for this run's by --resume auto, rotation and the best
-      checkpoint); its other files are left to be replaced;
-    - non-empty otherwise: the first free `<output_dir>-1`, `-2`, ... is created and used.
-    Every choice other than a fresh directory is reported through log_fn.
-
-    Only rank 0 (is_main) looks, decides, creates and deletes. Other ranks must not look for
-    themselves: rank 0 may already have created or filled the directory by then. They get
-    rank 0's decision through `share` (RunContext.from_main: rank 0's integer on every rank),
-    as the suffix number (0: output_dir itself, -1: rank 0 failed and raises the error).
+    Rank 0 (is_main) decides (src.tools.run_dir.choose_output_suffix: fresh, resumed,
+    overwritten only when this project created it, else `<output_dir>-n`). Other ranks must
+    not look for themselves: rank 0 may already have created or filled the directory by then.
+    They get rank 0's decision through `share` (RunContext.from_main: rank 0's integer on every
+    rank), as the suffix number (0: output_dir itself, -1: rank 0 failed and raises the error),
+    and create that directory themselves: on another node without a shared filesystem it does
+    not exist yet, and each rank writes its own log there.
     """
+    from src.tools.run_dir import choose_output_suffix
+
     output_dir = os.path.normpath(output_dir)
     if not is_main and share is None:
         raise ValueError("a rank other than 0 learns the output directory from rank 0: pass share")
     suffix, error = 0, None
     if is_main:
         try:
-            suffix = _choose_output_suffix(output_dir, overwrite, resume, log_fn)
-        except UserError as exc:
+            suffix = choose_output_suffix(output_dir, overwrite, resume, log_fn)
+        except (UserError, OSError) as exc:
             suffix, error = -1, exc
     if share is not None:
         suffix = share(suffix)
+    if isinstance(error, OSError):
+        raise OutputWriteError(f"cannot prepare output_dir {output_dir}: {error.strerror or error}") from None
     if error is not None:
         raise error
     if suffix < 0:
         raise UserError(f"rank 0 could not prepare output_dir {output_dir} (its log says why)")
-    return f"{output_dir}-{suffix}" if suffix else output_dir
-
-
-def _choose_output_suffix(output_dir, overwrite, resume, log_fn):
-    """prepare_output_dir's decision on rank 0, carried out; 0 or the n of `<output_dir>-n`."""
-    if os.path.exists(output_dir) and not os.path.isdir(output_dir):
-        raise UserError(f"output_dir {output_dir} exists and is not a directory")
-    if not os.path.isdir(output_dir) or _is_empty_dir(output_dir):
-        os.makedirs(output_dir, exist_ok=True)
-        return 0
-    if resume:
-        log_fn(f"output_dir {output_dir} exists: resuming in it")
-        return 0
-    if overwrite:
-        stale = [os.path.join(output_dir, n) for n in os.listdir(output_dir)
-                 if n.endswith(".ckpt") or _PARTIAL_MARK in n]
-        log_fn(f"output_dir {output_dir} exists: overwrite_output is set, reusing it "
-               f"and deleting {len(stale)} checkpoint(s) of the previous run")
-        for path in stale:
-            if os.path.isdir(path):
-                shutil.rmtree(path)
-            else:
-                os.remove(path)
-        return 0
-    suffix = 1
-    while os.path.isdir(f"{output_dir}-{suffix}") and not _is_empty_dir(f"{output_dir}-{suffix}") \
-            or os.path.isfile(f"{output_dir}-{suffix}"):
-        suffix += 1
-    chosen = f"{output_dir}-{suffix}"
-    os.makedirs(chosen, exist_ok=True)
-    log_fn(f"output_dir {output_dir} is not empty: this run writes to {chosen} "
-           "(--resume auto continues the old run, --overwrite_output reuses the directory)")
-    return suffix
+    chosen = f"{output_dir}-{suffix}" if suffix else output_dir
+    if not is_main:
+        os.makedirs(chosen, exist_ok=True)
+    return chosen

@@ -46,6 +46,41 @@ class RunContext:
         broadcast(tensor, src=0, group=GlobalComm.WORLD_COMM_GROUP)
         return int(tensor.asnumpy())
 
+    def share_parameters(self, cell):
+        """Rank 0's value of every Parameter of `cell` on every rank (a resumed state: other nodes
+        cannot be assumed to see rank 0's checkpoint). Booleans travel as int32."""
+        if not self.distributed:
+            return
+        import numpy as np
+        from mindspore import Tensor
+        from mindspore.communication import GlobalComm
+        from mindspore.ops.communication import broadcast
+
+        seen = set()
+        for _, param in cell.parameters_and_names():
+            if param.name in seen:
+                continue
+            seen.add(param.name)
+            value = param.asnumpy()
+            tensor = Tensor(value.astype(np.int32) if value.dtype == np.bool_ else value)
+            broadcast(tensor, src=0, group=GlobalComm.WORLD_COMM_GROUP)
+            param.set_data(Tensor(tensor.asnumpy().astype(value.dtype).reshape(value.shape)))
+
+    def max_over_ranks(self, value):
+        """The largest integer ``value`` over all ranks, on every rank (an all-reduce: every rank
+        must call it at the same point, it also serves as a barrier)."""
+        if not self.distributed:
+            return int(value)
+        import numpy as np
+        from mindspore import Tensor
+        from mindspore.communication import GlobalComm
+        from mindspore.ops.communication import all_reduce
+
+        tensor = Tensor(np.array([value], np.int32))
+        result = all_reduce(tensor, op="max", group=GlobalComm.WORLD_COMM_GROUP)
+        result = result[0] if isinstance(result, tuple) else result
+        return int((result if isinstance(result, Tensor) else tensor).asnumpy()[0])
+
 
 def set_cpu_threads(num=None):
     """Size MindSpore's CPU kernel thread pool to the cores this process may use.
@@ -121,9 +156,9 @@ def init_context(device_target="CPU", device_id=0, mode="graph", seed=0, determi
     mindspore.communication.init() and DATA_PARALLEL with averaged gradients, so the
     optimizer (and AGC inside it) sees the mean gradient over all devices.
 
-    `cluster_timeout` (seconds) becomes MindSpore's MS_NODE_TIMEOUT (unless the environment
-    sets it) for msrun / dynamic-cluster launches. Measured on CPU under MindSpore 2.10: it
-    bounds both how long a rank waits in an all-reduce for a rank that is late (MindSpore's
+    `cluster_timeout` (seconds) becomes MindSpore's MS_NODE_TIMEOUT for msrun / dynamic-cluster
+    launches (scripts/run_distribute_train_msrun.sh gives msrun the same value). Measured on CPU
+    under MindSpore 2.10: it bounds both how long a rank waits in an all-reduce for a rank that is late (MindSpore's
     default of about 30 s stopped a job whose rank 0 paused 45 s) and how long the survivors
     of a dead rank run on before MindSpore stops them (SIGTERM after the timeout).
     """
@@ -144,8 +179,8 @@ def init_context(device_target="CPU", device_id=0, mode="graph", seed=0, determi
         return RunContext()
     from mindspore.communication import get_group_size, get_rank, init
 
-    if cluster_timeout:
-        os.environ.setdefault("MS_NODE_TIMEOUT", str(int(cluster_timeout)))
+    if cluster_timeout:  # the one timeout setting: it replaces an MS_NODE_TIMEOUT of the environment
+        os.environ["MS_NODE_TIMEOUT"] = str(int(cluster_timeout))
     init()
     rank, group_size = get_rank(), get_group_size()
     ms.reset_auto_parallel_context()
@@ -167,7 +202,9 @@ def _local_rank(rank):
 
 # What MindSpore raises in a rank whose collective kernel failed, e.g. "Launch kernel failed:
 # Default/update-GradientUpdate/grad_reducer-DistributedGradReducer/AllReduce-op0".
-_COLLECTIVE_FAILURE = re.compile(r"Launch kernel failed: \S*?(AllReduce|AllGather|ReduceScatter|Broadcast)")
+# The per-step agreement of StopOnSignal is an eager all_reduce, whose failure names the operator otherwise.
+_COLLECTIVE_FAILURE = re.compile(r"Launch kernel failed: \S*?(AllReduce|AllGather|ReduceScatter|Broadcast)|"
+                                 r"\b(AllReduce|AllGather|Broadcast)\b[^\n]*\b(?:fail|time)", re.I)
 
 
 @contextlib.contextmanager
@@ -187,6 +224,6 @@ def lost_rank_ends_process(cluster_timeout):
         from mindspore.communication import get_rank
 
         sys.stdout.flush()
-        print(f"error: rank {get_rank()}: {found[1]} failed: another rank stopped or did not answer within "
+        print(f"error: rank {get_rank()}: {found[1] or found[2]} failed: another rank stopped or did not answer within "
               f"cluster_timeout ({cluster_timeout} s); stopping this rank too", file=sys.stderr, flush=True)
         os._exit(1)  # a normal exit would wait in MindSpore's shutdown for the lost rank

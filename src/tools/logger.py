@@ -13,13 +13,18 @@ class RunLogger:
     def __call__(self, message):
         line = f"{time.strftime('%Y-%m-%d %H:%M:%S')} {self.prefix}{message}"
         print(line, flush=True)
-        if self._file is not None:
-            self._file.write(line + "\n")
+        self._write(line)
 
     def to_file(self, message):
         """A timestamped line in the file only (e.g. MindSpore's own warnings); dropped once closed."""
+        self._write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {self.prefix}{message}")
+
+    def _write(self, line):
         if self._file is not None:
-            self._file.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {self.prefix}{message}\n")
+            try:
+                self._file.write(line + "\n")
+            except OSError as exc:  # a full or read-only disk: name the file (write() does not)
+                raise OSError(exc.errno, exc.strerror, self.path) from None
 
     def close(self):
         if self._file is not None:

@@ -1,6 +1,6 @@
 """train.py, held inside the write of one checkpoint so that a test can kill -9 it there.
 
-The checkpoint named by $PAUSE_IN_WRITE_OF (e.g. dm_nfnet_nano-2_14) is written for real by
+The checkpoint whose name starts with $PAUSE_IN_WRITE_OF (e.g. dm_nfnet_nano-2_14) is written for real by
 src.tools.checkpointing.save_checkpoint_atomic. Once MindSpore has written its hidden temporary file,
 and before that file is fsynced and renamed into place, this prints `writing <temporary file>` and sleeps.
 """
@@ -18,7 +18,7 @@ from src.errors import run_cli  # noqa: E402
 
 
 def main():
-    hidden_prefix = "." + os.environ["PAUSE_IN_WRITE_OF"] + "."
+    hidden_prefix = "." + os.environ["PAUSE_IN_WRITE_OF"]
     save_checkpoint = mindspore.save_checkpoint
 
     def save_then_pause(save_obj, ckpt_file_name, *args, **kwargs):

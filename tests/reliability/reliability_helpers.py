@@ -1,6 +1,7 @@
 """Running the entry points as real processes and reading what they leave behind."""
 import csv
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import numpy as np
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = os.path.join(ROOT, "src", "configs", "dm_nfnet_nano_digits.yaml")
+PAUSE_IN_WRITE = os.path.join(ROOT, "tests", "reliability", "pause_in_checkpoint_write.py")
 # A small deterministic run: batch 8 of 60 training images (7 steps per epoch), no dropout or drop
 # path (their random streams restart on resume), one data worker, a progress line every step.
 TINY = ["--batch_size", "8", "--epochs", "2", "--warmup_length", "0", "--drop_rate", "0", "--drop_path_rate", "0",
@@ -100,3 +102,31 @@ def wait_until(condition, proc, timeout=600, poll=0.05):
 def kill9(proc):
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=60)
+
+
+def fault_rng(name):
+    """A random.Random for a test's fault points, seeded from $FAULT_SEED or afresh; the seed is printed
+    (pytest shows it with a failure) so that a failing kill point can be replayed."""
+    seed = int(os.environ.get("FAULT_SEED") or random.SystemRandom().randrange(2 ** 32))
+    print(f"{name}: fault seed {seed} (replay with FAULT_SEED={seed})")
+    return random.Random(seed)
+
+
+def start_logged(script, *args, config=CONFIG, env=None):
+    """start_entry with stdout and stderr to one pipe (text), for tests that read what the process says as it
+    runs: read it continuously, or the process blocks once the pipe is full."""
+    return subprocess.Popen([sys.executable, script, "--config", config, *map(str, args)], cwd=ROOT, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=dict(os.environ, **(env or {})))
+
+
+def snapshot(directory):
+    """name -> (size, mtime_ns) of every entry of a directory: to show that nothing was rewritten."""
+    return {e.name: (e.stat().st_size, e.stat().st_mtime_ns) for e in os.scandir(directory)}
+
+
+def cluster_timeout_of(args, config=CONFIG):
+    """The cluster_timeout a run with these command-line arguments resolves (the one timeout of launcher and
+    train.py): timing checks are orderings bounded by it, not wall-clock constants."""
+    from src.config import parse_cli
+
+    return parse_cli(["--config", str(config), *map(str, args)])[1].cluster_timeout

@@ -16,12 +16,12 @@ import time
 import psutil
 import pytest
 
-from reliability_helpers import CONFIG, ROOT, TINY, read_text
+from reliability_helpers import CONFIG, ROOT, TINY, cluster_timeout_of, read_text
 
 pytestmark = pytest.mark.slow
 LAUNCHER = os.path.join(ROOT, "scripts", "run_distribute_train_msrun.sh")
 # 40 images, 2 workers x batch 4: 5 steps per epoch; many epochs, so the job is still running when it is hit
-ARGS = [*TINY, "--batch_size", "4", "--epochs", "30", "--device_target", "CPU"]
+ARGS = [*TINY, "--batch_size", "4", "--epochs", "30", "--device_target", "CPU", "--cluster_timeout", "30"]
 
 
 def free_port():
@@ -71,15 +71,18 @@ def test_a_killed_worker_ends_the_msrun_job_at_once_with_a_line_naming_it(digits
     assert sorted(processes) == ["MS_SCHED 0", "MS_WORKER 0", "MS_WORKER 1"]
     victim = processes["MS_WORKER 1"].pid
     os.kill(victim, signal.SIGKILL)
-    killed_at = time.time()
+    killed_at = time.monotonic()
     _, stderr = launcher.communicate(timeout=600)
-    seconds = time.time() - killed_at
+    ended = time.monotonic()
+    seconds = ended - killed_at
     assert launcher.returncode == 128 + 9
     assert stderr.strip().splitlines()[-1] == (
         f"error: worker 1 (pid {victim}) was killed by signal 9; the other workers were stopped; "
         f"see {run_dir / 'logs' / 'msrun' / 'worker_1.log'}")
     assert all_gone(processes.values())
-    assert seconds < 20, seconds  # measured 4-5 s (without stopping the scheduler: 32 s)
+    # msrun ends the job itself, well before the cluster timeout (measured 4-5 s; without stopping the scheduler
+    # the launcher waited for the timeout)
+    assert killed_at < ended < killed_at + cluster_timeout_of(ARGS), seconds
     print(f"job ended {seconds:.1f} s after the kill")
 
 
@@ -111,7 +114,7 @@ def test_a_worker_that_cannot_read_its_shard_ends_the_job_the_same_way(digits_su
 @pytest.mark.timeout(900)
 def test_without_msrun_the_surviving_worker_stops_within_cluster_timeout(digits_subset, tmp_path):
     """Provokes: kill -9 of worker 1 in a dynamic cluster started without msrun (as the workers of another node
-    would see it), with --cluster_timeout 10. Worker 0 ends within that timeout."""
+    would see it), with --cluster_timeout 10. Worker 0 ends after the kill and within twice that timeout."""
     env = dict(os.environ, MS_SCHED_HOST="127.0.0.1", MS_SCHED_PORT=free_port(), MS_WORKER_NUM="2")
     env.pop("MS_NODE_TIMEOUT", None)
     cmd = [sys.executable, "train.py", "--config", CONFIG, "--data_path", digits_subset(4, 3), *ARGS,
@@ -126,9 +129,10 @@ def test_without_msrun_the_surviving_worker_stops_within_cluster_timeout(digits_
     try:
         wait_for_step(tmp_path / "output" / "train.log", procs["worker 0"])
         procs["worker 1"].send_signal(signal.SIGKILL)
-        killed_at = time.time()
+        killed_at = time.monotonic()
         procs["worker 0"].wait(timeout=120)
-        seconds = time.time() - killed_at
+        stopped = time.monotonic()
+        seconds = stopped - killed_at
         procs["scheduler"].wait(timeout=60)
     finally:
         for proc in procs.values():
@@ -145,5 +149,8 @@ def test_without_msrun_the_surviving_worker_stops_within_cluster_timeout(digits_
     else:
         assert procs["worker 0"].returncode == -signal.SIGTERM and "Kill this process with SIGTERM" in log
     assert procs["scheduler"].returncode != 0
-    assert seconds < 20, seconds  # measured 8-11 s; MindSpore's default timeout took 30 s (+25 s shutdown)
+    # after the kill and within the timeout plus one more as the margin (measured 8-13 s with 10 s; MindSpore's
+    # default timeout took 30 s, + 25 s in its shutdown)
+    timeout = cluster_timeout_of(cmd[4:])
+    assert killed_at < stopped < killed_at + 2 * timeout, (seconds, timeout)
     print(f"surviving worker stopped {seconds:.1f} s after the kill")

@@ -1,17 +1,15 @@
-"""Case 1, kill -9 during training: at a random step, then inside a checkpoint write. `--resume auto` continues
-from the last complete checkpoint, never a partial one, and the result follows the uninterrupted run (weights,
+"""Case 1, kill -9 during training: at a seeded random step (printed), then inside a checkpoint write. `--resume auto`
+continues from the last complete checkpoint, never a partial one, and the result follows the uninterrupted run (weights,
 optimizer state, EMA, step counters within 1e-6 relative; the same lr); metrics.csv and train.log are appended to.
 The atomic write itself (a writer killed mid-save) is tested in tests/tools/test_checkpointing.py."""
 import os
-import random
 import subprocess
 
 import pytest
 
-from reliability_helpers import (TINY, assert_same_training_state, checkpoint_values, entry, kill9, read_metrics,
-                                 read_text, start_entry, succeeded, wait_until)
+from reliability_helpers import (PAUSE_IN_WRITE, TINY, assert_same_training_state, checkpoint_values, entry, fault_rng,
+                                 kill9, read_metrics, read_text, start_entry, succeeded, wait_until)
 
-PAUSE_IN_WRITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "pause_in_checkpoint_write.py")
 FINAL = "dm_nfnet_nano-2_14.ckpt"  # 2 epochs of 7 steps
 
 
@@ -24,7 +22,7 @@ def interrupted(tiny_digits, tmp_path_factory):
     Returns what each stage left behind."""
     out = tmp_path_factory.mktemp("interrupted") / "run"
     args = ["--data_path", tiny_digits, "--output_dir", out, *TINY]
-    seen = {"step": random.randint(1, 5)}  # leaves epoch 2 steps to run before the final save
+    seen = {"step": fault_rng("kill -9").randint(1, 5)}  # leaves epoch 2 steps to run before the final save
 
     first = start_entry("train.py", *args)
     line = f"epoch 2/2 step {seen['step']}/7 "
@@ -75,7 +73,8 @@ def test_metrics_and_log_of_the_killed_sessions_are_kept_and_appended_to(interru
     """Provokes: the same kills. What the first session wrote is still the beginning of train.log and of
     metrics.csv, and the last session appended its epoch."""
     out, seen = interrupted
-    assert seen["after_kill"] == ["config.yaml", "dm_nfnet_nano-1_7.ckpt", "metrics.csv", "train.log"]
+    assert seen["after_kill"] == [".nfnet_run", "config.yaml", "dm_nfnet_nano-1_7.ckpt", "metrics.csv",
+                                  "metrics_steps.csv", "train.log"]
     log = read_text(out / "train.log")
     assert log.startswith(seen["log"]) and f"epoch 2/2 step {seen['step']}/7 " in seen["log"]
     assert log.count("run directory ") == 3 and log.rstrip().endswith("steps skipped for non-finite values: 0")

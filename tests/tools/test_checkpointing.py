@@ -251,27 +251,40 @@ def test_prepare_output_dir_never_overwrites_an_existing_run(tmp_path):
     messages = []
     run = str(tmp_path / "run")
     assert prepare_output_dir(run, log_fn=messages.append) == run and os.path.isdir(run)
-    assert prepare_output_dir(run, log_fn=messages.append) == run  # still empty: reused
-    (tmp_path / "run" / "run-3_12.ckpt").write_bytes(b"old")
+    assert os.listdir(run) == [".nfnet_run"]  # the marker: this project created the directory
+    (tmp_path / "run" / "dm_nfnet_f0-3_12.ckpt").write_bytes(b"old")
     (tmp_path / "run" / "metrics.csv").write_text("old")
+    (tmp_path / "run" / "notes.txt").write_text("the user's")
     assert messages == []
 
     assert prepare_output_dir(run, log_fn=messages.append) == run + "-1"
     assert os.path.isdir(run + "-1") and "writes to " + run + "-1" in messages[-1]
     (tmp_path / "run-1" / "log.txt").write_text("second run")
     assert prepare_output_dir(run, log_fn=messages.append) == run + "-2"
-    # another rank takes rank 0's decision (here: suffix 2) without looking at the directories
-    assert prepare_output_dir(run, is_main=False, share=lambda _: 2, log_fn=messages.append) == run + "-2"
-    assert (tmp_path / "run" / "run-3_12.ckpt").read_bytes() == b"old"
+    # another rank takes rank 0's decision (here: suffix 2) without looking, and creates it on its own disk
+    assert prepare_output_dir(str(tmp_path / "node1"), is_main=False, share=lambda _: 2) == str(tmp_path / "node1-2")
+    assert os.path.isdir(tmp_path / "node1-2")
+    assert (tmp_path / "run" / "dm_nfnet_f0-3_12.ckpt").read_bytes() == b"old"
 
     assert prepare_output_dir(run, resume=True, log_fn=messages.append) == run
-    assert sorted(os.listdir(run)) == ["metrics.csv", "run-3_12.ckpt"]
+    assert sorted(os.listdir(run)) == [".nfnet_run", "dm_nfnet_f0-3_12.ckpt", "metrics.csv", "notes.txt"]
+    # overwriting deletes the run's files only: the user's notes stay
     assert prepare_output_dir(run, overwrite=True, log_fn=messages.append) == run
-    assert os.listdir(run) == ["metrics.csv"] and "deleting 1 checkpoint" in messages[-1]
+    assert sorted(os.listdir(run)) == [".nfnet_run", "notes.txt"]
+    assert "deleted the 2 file(s) of the previous run; kept 1 other(s): notes.txt" in messages[-1]
+    # a directory this project did not create is never cleared
+    user = tmp_path / "mine"
+    user.mkdir()
+    (user / "dm_nfnet_f0-1_1.ckpt").write_bytes(b"the user's")
+    with pytest.raises(UserError, match=f"--overwrite_output refused: {user} was not created by train.py"):
+        prepare_output_dir(str(user), overwrite=True)
+    assert os.listdir(user) == ["dm_nfnet_f0-1_1.ckpt"]
 
     (tmp_path / "file").write_text("x")
     with pytest.raises(UserError, match="exists and is not a directory"):
         prepare_output_dir(str(tmp_path / "file"))
+    with pytest.raises(UserError, match="cannot be created: .*file is a file"):
+        prepare_output_dir(str(tmp_path / "file" / "sub"))
     # rank 0's failure reaches the other ranks as -1: they stop too instead of waiting for it
     with pytest.raises(UserError, match="rank 0 could not prepare output_dir"):
         prepare_output_dir(run, is_main=False, share=lambda _: -1)
