@@ -17,21 +17,10 @@ def random_weights(network, seed):
     skipinit_gain starts at 0 (every residual branch off) and gains at 1; random values
     make each branch, gain and bias count, so a folding mistake anywhere shows.
     """
+    from live_weights import random_value  # tests/models, on the path (tests/conftest.py)
+
     rng = np.random.default_rng(seed)
-    weights = {}
-    for name, param in network.parameters_and_names():
-        shape = tuple(param.shape)
-        if name.endswith("skipinit_gain"):
-            value = rng.uniform(0.5, 1.0, shape)
-        elif name.endswith(".gain"):
-            value = rng.uniform(0.5, 1.5, shape)
-        elif name.endswith("bias"):
-            value = rng.standard_normal(shape) * 0.1
-        else:
-            fan_in = int(np.prod(shape[1:])) if len(shape) > 1 else 1
-            value = (rng.standard_normal(shape) + 0.1) / np.sqrt(fan_in)  # non-zero mean: centering matters
-        weights[name] = np.asarray(value, np.float32)
-    return weights
+    return {name: random_value(name, param.shape, rng) for name, param in network.parameters_and_names()}
 
 
 def save_checkpoint(path, *weight_sets):
