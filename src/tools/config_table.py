@@ -7,11 +7,11 @@ README.md holds a compact table (one row per group: keys and defaults) between t
 marker comments below, the rest of the file left as it is; docs/parameters.md is the full
 table (key, default, meaning), generated whole. tests/test_readme.py checks both.
 """
-import argparse
 import os
 import sys
 
 from src.config import GROUPS
+from src.tools.generated_files import generator_cli, stale
 
 BEGIN = "<!-- parameters: generated from src/config.py by `python -m src.tools.config_table` -->"
 END = "<!-- end of parameters -->"
@@ -74,40 +74,15 @@ def with_table(text):
 
 def stale_files(root="."):
     """{path: current text} for the generated files under `root` that are not current."""
-    readme, docs = os.path.join(root, README), os.path.join(root, DOCS)
+    readme = os.path.join(root, README)
     with open(readme, encoding="utf-8") as f:
         text = f.read()
-    stale = {}
-    new = with_table(text)
-    if new != text:
-        stale[readme] = new
-    old_docs = open(docs, encoding="utf-8").read() if os.path.exists(docs) else None
-    if old_docs != full_document():
-        stale[docs] = full_document()
-    return stale
+    return stale({readme: with_table(text), os.path.join(root, DOCS): full_document()})
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m src.tools.config_table",
-                                     description="Write the config schema as the Parameters tables of README.md "
-                                                 "and docs/parameters.md.")
-    parser.add_argument("--root", default=".", help="repository root (default: the current folder)")
-    parser.add_argument("--check", action="store_true", help="only check that the tables are current (exit 1 if not)")
-    args = parser.parse_args(argv)
-    try:
-        stale = stale_files(args.root)
-    except (OSError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    for path, text in stale.items():
-        if args.check:
-            print(f"{path}: the Parameters table is not current; run python -m src.tools.config_table",
-                  file=sys.stderr)
-        else:
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(text)
-            print(f"updated {path}")
-    return 1 if args.check and stale else 0
+    return generator_cli(argv, "src.tools.config_table", "Write the config schema as the Parameters tables of "
+                         "README.md and docs/parameters.md.", stale_files)
 
 
 if __name__ == "__main__":

@@ -10,11 +10,11 @@ output folder and the comments naming them. Every generated YAML still spells ou
 so one file shows a whole run. Edit an F0 YAML or the table, then run this;
 tests/test_variant_configs.py checks the files are current.
 """
-import argparse
 import os
 import re
 import sys
 
+from src.tools.generated_files import generator_cli, stale
 from src.variants import F_VARIANTS, VARIANTS
 
 F0 = "dm_nfnet_f0"
@@ -96,38 +96,12 @@ def expected_files(root="."):
 
 def stale_files(root="."):
     """{path: current text} for the generated YAMLs under `root` that are missing or not current."""
-    stale = {}
-    for path, text in expected_files(root).items():
-        try:
-            with open(path, encoding="utf-8") as f:
-                if f.read() == text:
-                    continue
-        except FileNotFoundError:
-            pass
-        stale[path] = text
-    return stale
+    return stale(expected_files(root))
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m src.tools.variant_configs",
-                                     description="Write each recipe's F1-F6 YAMLs from its F0 YAML and "
-                                                 "the variant table (src/variants.py).")
-    parser.add_argument("--root", default=".", help="repository root (default: the current folder)")
-    parser.add_argument("--check", action="store_true", help="only check that the YAMLs are current (exit 1 if not)")
-    args = parser.parse_args(argv)
-    try:
-        stale = stale_files(args.root)
-    except OSError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    for path, text in stale.items():
-        if args.check:
-            print(f"{path}: not current; run python -m src.tools.variant_configs", file=sys.stderr)
-        else:
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(text)
-            print(f"updated {path}")
-    return 1 if args.check and stale else 0
+    return generator_cli(argv, "src.tools.variant_configs", "Write each recipe's F1-F6 YAMLs from its F0 YAML "
+                         "and the variant table (src/variants.py).", stale_files)
 
 
 if __name__ == "__main__":
