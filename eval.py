@@ -21,7 +21,7 @@ import os
 from src.config import group_keys, parse_cli
 from src.errors import UserError, run_cli
 
-USED_KEYS = ("arch", "num_classes", "depths", "pretrained",  # the config keys --help lists
+USED_KEYS = ("arch", "num_classes", "pretrained",  # the config keys --help lists
              *(key for key in group_keys("data") if key not in ("train_split", "input_size")),
              "batch_size", "use_ema", "strict_data", *group_keys("distributed", "system"))
 
@@ -86,18 +86,15 @@ def evaluate_checkpoint(cfg, ctx, checkpoint, output, record=None):
 
     record: the checkpoint's data settings (already applied to cfg): its mean/std and class names.
     """
-    from src.builders import build_eval_dataset, build_network
+    from src.builders import build_eval_dataset, build_eval_network
     from src.data.dataset import read_bad_file_log, reported_data_errors
     from src.deploy.progress import ProgressBar
-    from src.models import checkpoint_has_prefix
     from src.tools.criterion import create_loss
     from src.trainers import evaluate
 
-    use_ema = cfg.use_ema and checkpoint_has_prefix(checkpoint, "ema.")
+    network, use_ema = build_eval_network(cfg, checkpoint)
     if cfg.use_ema and not use_ema and ctx.is_main:
         print(f"{checkpoint} holds no EMA weights: evaluating its weights")
-    network = build_network(cfg, checkpoint_path=checkpoint, checkpoint_prefix="ema." if use_ema else "",
-                            finetune=False)
     bad_file_log = os.path.splitext(output)[0] + "_bad_files.txt"  # unreadable images, appended by every rank
     if ctx.is_main and os.path.exists(bad_file_log):
         os.remove(bad_file_log)

@@ -20,7 +20,7 @@ import sys
 from src.config import group_keys, parse_cli
 from src.errors import run_cli
 
-USED_KEYS = ("arch", "num_classes", "depths", "pretrained", "test_input_size", "use_ema",  # listed by --help
+USED_KEYS = ("arch", "num_classes", "pretrained", "test_input_size", "use_ema",  # listed by --help
              *group_keys("export"), "device_target", "device_id")
 
 

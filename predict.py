@@ -19,7 +19,7 @@ from src.config import ConfigError, parse_cli
 from src.errors import run_cli
 
 DEFAULT_BATCH = 16
-USED_KEYS = ("arch", "num_classes", "depths", "test_input_size", "eval_crop_mode", "crop_pct",  # listed by --help
+USED_KEYS = ("arch", "num_classes", "test_input_size", "eval_crop_mode", "crop_pct",  # listed by --help
              "interpolation", "eval_batch_size", "num_parallel_workers", "use_ema", "strict_data", "device_target",
              "device_id", "mode", "seed")
 MODEL_EXTENSIONS = (".mindir", ".onnx")

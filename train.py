@@ -74,40 +74,12 @@ def check_inputs(cfg):
             raise UserError(f"checkpoint not found: {path} (given as {key})")
 
 
-def resume_point(cfg, ctx, output_dir, shape, log):
-    """(checkpoint path or None, its metadata, None / "continue" / "finished") as rank 0 decides them.
-
-    Rank 0 alone looks for the checkpoint and checks it against this run's `shape` (check_resume:
-    one-line refusals); every other rank learns the decision and the position (epochs done, steps
-    into the next) from rank 0, with no path: it receives the state itself through share_parameters.
-    """
-    from src.tools.checkpointing import check_resume, find_latest_checkpoint, read_checkpoint_meta
-
-    path, meta, status, error = None, {}, 0, None
-    if ctx.is_main:
-        try:
-            path = find_latest_checkpoint(output_dir, log_fn=log) if cfg.resume == "auto" else cfg.resume
-            meta = read_checkpoint_meta(path) if path else {}
-            status = (2 if check_resume(meta, path, shape, log_fn=log) == "finished" else 1) if path else 0
-        except UserError as exc:
-            status, error = -1, exc
-    status = ctx.from_main(status)
-    if error is not None:
-        raise error
-    if status < 0:
-        raise UserError("rank 0 could not resume (its train.log says why)")
-    position = {key: ctx.from_main(int(meta.get(key, 0) or 0)) for key in ("epoch_num", "epoch_step")}
-    if not ctx.is_main:
-        meta = position
-    return path, meta, (None, "continue", "finished")[status]
-
-
 def train(cfg, ctx, output_dir, stop_request=None, max_steps=None):
     """Train in output_dir (decided by rank 0, every rank writes its log there); returns the exit status."""
     from src import builders
     from src.data.data_settings import checkpoint_entry, settings_from_config
     from src.data.folder import split_classes
-    from src.tools.checkpointing import CheckpointManager, check_resume, load_training_state
+    from src.tools.checkpointing import CheckpointManager
     from src.tools.criterion import create_loss
     from src.tools.framework_warnings import divert_framework_warnings
     from src.tools.logger import RunLogger
@@ -117,14 +89,17 @@ def train(cfg, ctx, output_dir, stop_request=None, max_steps=None):
                     rank=ctx.rank)
     shape = dict(batch_size=cfg.batch_size, device_num=ctx.group_size, accumulation_step=cfg.accumulation_step,
                  epochs=cfg.epochs)
-    resume_path, meta, resumed = resume_point(cfg, ctx, output_dir, shape, log)
-    if resumed == "finished":
+    record = settings_from_config(cfg, split_classes(cfg.data_path, cfg.train_split))
+    manager = CheckpointManager(output_dir, cfg.arch, cfg.keep_checkpoint_max, is_main=ctx.is_main, run_meta=shape,
+                                extra_meta=checkpoint_entry(record))
+    resume = manager.resume(cfg.resume, share=ctx.from_main, log_fn=log)  # reads the checkpoint once (rank 0)
+    if resume.status == "finished":
         if ctx.is_main:
-            print(f"nothing to do: the run is finished, {resume_path} holds epoch {cfg.epochs} of {cfg.epochs} "
+            print(f"nothing to do: the run is finished, {resume.path} holds epoch {cfg.epochs} of {cfg.epochs} "
                   "(raise --epochs to train further)", flush=True)
         return 0
     divert_framework_warnings(log.to_file)  # MindSpore's own warnings: in the log, not on the console
-    start_epoch, skip_steps = int(meta.get("epoch_num", 0)), int(meta.get("epoch_step", 0) or 0)
+    start_epoch, skip_steps = resume.epoch, resume.epoch_step
     if ctx.is_main:
         save_config(cfg, os.path.join(output_dir, "config.yaml"))
     log(f"run directory {output_dir}: {cfg.arch} on {cfg.device_target}, {ctx.group_size} device(s)")
@@ -140,8 +115,6 @@ def train(cfg, ctx, output_dir, stop_request=None, max_steps=None):
     if steps_per_epoch < 1:
         raise UserError(f"{cfg.data_path}: {micro_steps} batches per epoch, fewer than "
                         f"accumulation_step {cfg.accumulation_step}")
-    if resume_path:
-        check_resume(meta, resume_path, dict(steps_per_epoch=micro_steps))
     lr_schedule, peak_lr, global_batch = builders.build_lr_schedule(cfg, steps_per_epoch, ctx.group_size)
     log(f"global batch {global_batch}, peak lr {peak_lr:.6g}, {steps_per_epoch} optimizer steps per epoch")
 
@@ -150,24 +123,11 @@ def train(cfg, ctx, output_dir, stop_request=None, max_steps=None):
     optimizer = builders.build_optimizer(cfg, network, lr_schedule)
     train_cell, run = builders.build_trainer(cfg, network, loss_fn, optimizer)
 
-    record = settings_from_config(cfg, split_classes(cfg.data_path, cfg.train_split))
-    manager = CheckpointManager(output_dir, cfg.arch, cfg.keep_checkpoint_max, is_main=ctx.is_main,
-                                run_meta=dict(shape, steps_per_epoch=micro_steps), extra_meta=checkpoint_entry(record))
-    if resume_path:
-        state = load_training_state(train_cell, resume_path)
-        manager.best_top1 = state["best_top1"]
-        within = f" + {skip_steps} step(s) of epoch {start_epoch + 1}" if skip_steps else ""
-        log(f"resumed from {resume_path}: epoch {state['epoch']}{within}, step {state['global_step']}")
-    if resumed:  # rank 0's state on every rank: other nodes need not see rank 0's disk
-        ctx.share_parameters(train_cell)
-        if not ctx.is_main:
-            log(f"resumed from rank 0's checkpoint: epoch {start_epoch}, {skip_steps} step(s) into the next")
-    if cfg.resume and not resumed:
-        log(f"--resume {cfg.resume}: no checkpoint in {output_dir} yet, starting from scratch")
+    manager.restore(train_cell, micro_steps, share_parameters=ctx.share_parameters, log_fn=log)  # after resume()
 
     eval_fn = builders.build_eval_fn(cfg, ctx, train_cell, network, val_ds) if val_ds is not None else None
     callbacks = builders.build_callbacks(cfg, ctx, log, output_dir, manager, train_cell, eval_fn, micro_steps,
-                                         lr_schedule, resumed=bool(resumed), stop_request=stop_request,
+                                         lr_schedule, resumed=resume.status is not None, stop_request=stop_request,
                                          skip_steps=skip_steps)
     limit = None
     if max_steps is not None:

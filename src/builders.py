@@ -29,6 +29,22 @@ def build_network(cfg, checkpoint_path=None, checkpoint_prefix="", finetune=None
     return network
 
 
+def build_eval_network(cfg, checkpoint_path, fast_forms=True):
+    """(eval-mode network with the checkpoint's evaluation weights, True when these are its EMA weights).
+
+    The EMA averages (src/trainers/ema.py) when cfg.use_ema and the checkpoint holds them (one
+    written by train.py), otherwise its weights (e.g. converted from timm). eval.py builds with
+    the backend's fast forms, export with the plain ones (fast_forms=False).
+    """
+    from src.models import EMA_PREFIX, checkpoint_has_prefix
+
+    ema = bool(cfg.use_ema) and checkpoint_has_prefix(checkpoint_path, EMA_PREFIX)
+    network = build_network(cfg, checkpoint_path=checkpoint_path, checkpoint_prefix=EMA_PREFIX if ema else "",
+                            finetune=False, fast_forms=fast_forms)
+    network.set_train(False)
+    return network, ema
+
+
 def describe_weights_loaded(report, checkpoint_path, prefix, num_classes):
     """Log lines for a load_model_weights report: what was loaded, ignored, re-initialized and why."""
     total = len(report["loaded"]) + len(report["kept"])

@@ -31,23 +31,20 @@ import difflib
 import math
 import os
 import re
-import tempfile
+import sys
 from dataclasses import dataclass
 from typing import Optional
 
 import yaml
 
-from src.errors import UserError, one_line as _one_line
+from src.atomic import write_atomic
+from src.errors import ConfigError, UserError, one_line as _one_line  # noqa: F401 (UserError: re-export)
 from src.variants import VARIANTS
 
 # The arch names and F0's row come from the variant table (src/variants.py), which the
 # model builds its networks from too; F0's row gives the schema's per-variant defaults.
 ARCH_NAMES = tuple(VARIANTS)
 _F0 = VARIANTS["dm_nfnet_f0"]
-
-
-class ConfigError(UserError):
-    """A mistake in a config file or on the command line, described in one line."""
 
 
 @dataclass(frozen=True)
@@ -94,8 +91,6 @@ GROUPS = {
     "model": (
         Field("arch", str, "dm_nfnet_f0", "network name in the model registry", choices=ARCH_NAMES),
         Field("num_classes", int, 1000, "number of classes (size of the classifier)", low=1, high=1_000_000),
-        Field("depths", list, list(_F0.depths), "blocks per stage; must match arch",
-              item=int, length=4, **AT_LEAST_ONE),
         Field("drop_rate", float, _F0.drop_rate, "dropout before the classifier", **RATE),
         Field("drop_path_rate", float, 0.25, "stochastic-depth rate of the deepest block", **RATE),
         Field("drop_path_mode", str, "deepmind",
@@ -355,9 +350,13 @@ def _resolve(layers):
     values = {name: _check_type(f, copy.deepcopy(f.default), f"default: {name}")
               for name, f in SCHEMA.items()}
     origin = {}  # key -> index of the layer that set it last
+    retired = []
     for index, layer in enumerate(layers):
         _reject_unknown_keys(layer)
+        retired += [(layer, key) for key in RETIRED_KEYS if key in layer.values]
         for key, raw in layer.values.items():
+            if key in RETIRED_KEYS:
+                continue
             values[key] = _check_type(SCHEMA[key], raw, layer.where(key))
             origin[key] = index
 
@@ -371,7 +370,26 @@ def _resolve(layers):
     for name, f in SCHEMA.items():
         values[name] = _check_value(f, values[name], where(name))
     _check_combinations(values, set_last)
+    for layer, key in retired:
+        _retire(layer, key, values)
     return Config(values)
+
+
+# Keys that no longer configure anything: key -> (what took their place, the value it follows).
+RETIRED_KEYS = {
+    "depths": ("the stage depths follow arch (src/variants.py)", lambda v: list(VARIANTS[v["arch"]].depths)),
+}
+
+
+def _retire(layer, key, values):
+    """A retired key in a YAML (e.g. the config.yaml of an older run): ignored with a one-line note when it
+    agrees with what replaced it, else a one-line ConfigError; either way it says to delete the line."""
+    why, follows = RETIRED_KEYS[key]
+    value, expected = layer.values[key], follows(values)
+    if value != expected:
+        raise ConfigError(f"{layer.where(key)}: {value} does not match arch {values['arch']} ({expected}); "
+                          f"{key} is no longer a setting, {why}: delete it")
+    print(f"note: {layer.where(key)} is no longer a setting, {why}; ignored (delete it)", file=sys.stderr)
 
 
 def _reject_unknown_keys(layer):
@@ -379,7 +397,7 @@ def _reject_unknown_keys(layer):
     for key in layer.values:
         if not isinstance(key, str):
             bad.append(f"key {key!r} is not a name")
-        elif key not in SCHEMA:
+        elif key not in SCHEMA and key not in RETIRED_KEYS:
             shown = f"--{key}" if layer.flags else repr(key)
             bad.append(f"unknown key {shown}{_suggestion(key, SCHEMA, layer.flags)}")
     if bad:
@@ -517,11 +535,6 @@ def _describe_type(field):
 
 def _check_combinations(v, at):
     """Checks that involve several keys; `at(*keys)` names whichever of them was set last."""
-    expected = list(VARIANTS[v["arch"]].depths)
-    if v["depths"] != expected:
-        raise ConfigError(f"{at('depths', 'arch')}: depths {v['depths']} do not match arch "
-                          f"{v['arch']}, whose depths are {expected} (change both, or use that "
-                          f"arch's YAML)")
     if v["warmup_length"] > v["epochs"]:
         raise ConfigError(f"{at('warmup_length', 'epochs')}: warmup_length {v['warmup_length']} "
                           f"exceeds epochs {v['epochs']} (the warmup is part of the total)")
@@ -660,7 +673,7 @@ def _parse_flag_value(field, raw):
         return raw
     text = raw.strip()
     if field.type is list and not text.startswith("["):
-        text = f"[{text}]"  # --depths 1,2,6,3 means [1,2,6,3]
+        text = f"[{text}]"  # --lr_milestones 30,60 means [30, 60]
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError:
@@ -674,6 +687,8 @@ def _unknown_args_message(unknown, parser):
     for item in unknown:
         if item.startswith("-"):
             flag = item.split("=", 1)[0]
+            if flag.lstrip("-") in RETIRED_KEYS:
+                return f"{_CLI}: {flag} is no longer a setting, {RETIRED_KEYS[flag.lstrip('-')][0]}"
             return f"{_CLI}: unknown option {flag}{_suggestion(flag, known, flags=True)}"
     return f"{_CLI}: unexpected argument {unknown[0]!r} (options are written --key value)"
 
@@ -730,17 +745,5 @@ def save_config(cfg, path):
     values = cfg.to_dict() if isinstance(cfg, Config) else dict(cfg)
     text = format_yaml(values, header=["Resolved configuration of this run; reload it with "
                                        "--config <this file>."])
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".config-", suffix=".yaml.tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    write_atomic(path, text)
 

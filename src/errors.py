@@ -2,8 +2,9 @@
 
 Every layer may import this module (models, data, deploy, tools, the scripts): it holds
 nothing but what a one-line error report needs, so importing it pulls in neither PyYAML
-nor MindSpore. Each layer subclasses `UserError` for its own mistakes (ConfigError,
-DatasetError, CheckpointError, DeployError, ...).
+nor MindSpore. ConfigError (a setting or command-line mistake) is here too, so that a script
+checking its own arguments need not load the config module; each layer subclasses `UserError`
+for its own mistakes (DatasetError, CheckpointError, DeployError, ...).
 """
 import sys
 
@@ -13,6 +14,10 @@ class UserError(ValueError):
 
     Entry points run under `run_cli`, which prints it as `error: <message>` and exits 2.
     """
+
+
+class ConfigError(UserError):
+    """A mistake in a config file or on the command line, described in one line."""
 
 
 def one_line(text):

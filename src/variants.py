@@ -9,7 +9,7 @@ the project spells these numbers out:
 - src/config.py takes the allowed `arch` names and F0's row as the schema defaults, and checks
   that a config's `depths` are its arch's;
 - src/tools/variant_configs.py writes the F1-F6 YAMLs from the F0 YAML of each recipe and the
-  rows (tests/test_variant_configs.py checks they are current).
+  rows (tests/tools/test_variant_configs.py checks they are current).
 
 Standard library only, so that checking a config never imports MindSpore.
 """

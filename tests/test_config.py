@@ -17,13 +17,14 @@ CONFIG_FILES = sorted(glob.glob(os.path.join(CONFIG_DIR, "*.yaml")))
 F0_YAML = os.path.join(CONFIG_DIR, "dm_nfnet_f0.yaml")
 DEMO_YAML = os.path.join(CONFIG_DIR, "dm_nfnet_nano_digits.yaml")
 
-# The fields of the seed's dm_nfnet_f0.yaml that every shipped config must spell out.
+# The fields of the seed's dm_nfnet_f0.yaml that every shipped config must spell out (its `depths` is
+# retired: the stage depths follow arch, see test_a_retired_key_*).
 SEED_FIELDS = (
     "arch data_url num_classes mix_up cutmix auto_augment interpolation re_prob re_mode re_count "
     "mixup_prob switch_prob mixup_mode accumulation_step base_lr clipping lr_scheduler min_lr "
     "use_nesterov optimizer warmup_length warmup_lr amp_level batch_size epochs eps "
     "eval_while_train is_dynamic_loss_scale label_smoothing loss_scale momentum weight_decay "
-    "num_parallel_workers device_target input_size test_input_size crop_pct depths drop_rate "
+    "num_parallel_workers device_target input_size test_input_size crop_pct drop_rate "
     "drop_path_rate"
 ).split()
 
@@ -72,9 +73,11 @@ def test_every_shipped_yaml_loads_and_spells_out_every_key(path):
 
 @pytest.mark.parametrize("arch", sorted(VARIANTS))
 def test_variant_yaml_matches_the_paper_table(arch):
+    from src.models import MODEL_CFGS
+
     depths, train, test, drop, magnitude = VARIANTS[arch]
     cfg = load_config(os.path.join(CONFIG_DIR, f"{arch}.yaml"))
-    assert (cfg.arch, cfg.depths, cfg.input_size, cfg.test_input_size, cfg.drop_rate) == \
+    assert (cfg.arch, list(MODEL_CFGS[cfg.arch].depths), cfg.input_size, cfg.test_input_size, cfg.drop_rate) == \
         (arch, depths, train, test, drop)
     mmax = f"-mmax{magnitude}" if magnitude > 10 else ""  # timm clamps m to 10 without mmax
     assert cfg.auto_augment == f"rand-m{magnitude}-n4-mstd0.5-inc1{mmax}"
@@ -114,10 +117,10 @@ def test_variant_table_is_what_the_schema_allows_and_the_registry_builds():
 
 def test_cli_overrides_of_every_type_take_effect():
     _, cfg = parse_cli(["--config", F0_YAML, "--base_lr", "0.2", "--batch_size", "64",
-                        "--eval_while_train", "false", "--arch=dm_nfnet_f1", "--depths", "[2,4,12,6]",
+                        "--eval_while_train", "false", "--arch=dm_nfnet_f1",
                         "--output_dir", "runs/x", "--weight_decay", "1e-4", "--resume", "null"])
     assert (cfg.base_lr, cfg.batch_size, cfg.eval_while_train) == (0.2, 64, False)
-    assert (cfg.arch, cfg.depths, cfg.output_dir) == ("dm_nfnet_f1", [2, 4, 12, 6], "runs/x")
+    assert (cfg.arch, cfg.output_dir) == ("dm_nfnet_f1", "runs/x")
     assert cfg.weight_decay == 1e-4 and cfg.resume is None
     assert load_config(F0_YAML).base_lr == 0.1  # the file itself said 0.1
 
@@ -156,7 +159,7 @@ def test_cli_flags_are_not_abbreviated():
     (["--base_lr", "fast"], "--base_lr"),
     (["--epochs", "1.5"], "--epochs"),
     (["--eval_while_train", "1"], "--eval_while_train"),
-    (["--depths", "[1,2,x,3]"], "--depths[2]"),
+    (["--lr_milestones", "[10,x,30]"], "--lr_milestones[1]"),
 ])
 def test_cli_value_of_wrong_type_is_named(argv, key):
     assert key in error_of(parse_cli, argv)
@@ -176,8 +179,8 @@ def test_unknown_yaml_key_names_file_key_and_nearest_key(tmp_path):
     ({"epochs": 1.5}, "epochs"),
     ({"batch_size": True}, "batch_size"),  # bools are not ints
     ({"eval_while_train": 1}, "eval_while_train"),
-    ({"depths": [1, 2, "6", 3]}, "depths[2]"),
-    ({"depths": 4}, "depths"),
+    ({"lr_milestones": [10, "20", 30]}, "lr_milestones[1]"),
+    ({"lr_milestones": 4}, "lr_milestones"),
     ({"arch": None}, "arch"),
     ({"drop_rate": {"a": 1}}, "drop_rate"),
 ])
@@ -218,7 +221,6 @@ def test_out_of_range_value_names_key_value_and_allowed(tmp_path, key, value, al
 
 
 @pytest.mark.parametrize("values, words", [
-    ({"arch": "dm_nfnet_f1"}, ["depths", "dm_nfnet_f1", "[2, 4, 12, 6]"]),
     ({"crop_pct": 0.875}, ["crop_pct", "pixels"]),
     ({"eval_crop_mode": "squash"}, ["crop_pct", "(0, 1]"]),
     ({"lr_scheduler": "multistep"}, ["lr_milestones"]),
@@ -230,6 +232,23 @@ def test_out_of_range_value_names_key_value_and_allowed(tmp_path, key, value, al
 def test_inconsistent_keys_are_named(tmp_path, values, words):
     message = error_of(load_config, write_yaml(tmp_path, values))
     assert all(w in message for w in words), message
+
+
+def test_a_retired_key_that_agrees_is_ignored_with_a_note(tmp_path, capsys):
+    """`depths` configured nothing (the stage depths follow arch): an older run's config.yaml still loads."""
+    path = write_yaml(tmp_path, {"arch": "dm_nfnet_f1", "depths": [2, 4, 12, 6]})
+    assert load_config(path).to_dict() == load_config(overrides={"arch": "dm_nfnet_f1"}).to_dict()
+    assert capsys.readouterr().err == (f"note: {path}: depths is no longer a setting, the stage depths follow arch "
+                                       "(src/variants.py); ignored (delete it)\n")
+
+
+def test_a_retired_key_that_disagrees_is_one_line_naming_it(tmp_path):
+    path = write_yaml(tmp_path, {"arch": "dm_nfnet_f1", "depths": [1, 2, 6, 3]})
+    assert error_of(load_config, path) == (f"{path}: depths: [1, 2, 6, 3] does not match arch dm_nfnet_f1 "
+                                           "([2, 4, 12, 6]); depths is no longer a setting, the stage depths "
+                                           "follow arch (src/variants.py): delete it")
+    assert error_of(parse_cli, ["--depths", "1,2,6,3"]) == \
+        "command line: --depths is no longer a setting, the stage depths follow arch (src/variants.py)"
 
 
 def test_timm_crop_fraction_is_accepted_with_its_modes():
@@ -262,8 +281,8 @@ def test_config_is_read_only_and_replace_revalidates():
     cfg = load_config(DEMO_YAML)
     with pytest.raises(AttributeError):
         cfg.base_lr = 1.0
-    cfg.depths.append(9)  # attribute lists are copies
-    assert cfg.depths == [1, 1, 1, 1]
+    cfg.no_decay.append("x")  # attribute lists are copies
+    assert cfg.no_decay == load_config(DEMO_YAML).no_decay
     assert cfg.replace(base_lr=0.25).base_lr == 0.25 and cfg.base_lr == 0.4
     assert "base_lr" in error_of(cfg.replace, base_lr=-1)
     with pytest.raises(AttributeError, match="base_lr"):

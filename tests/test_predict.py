@@ -36,7 +36,7 @@ def checkpoint(tmp_path_factory):
     from src.models import create_model
     from src.tools.checkpointing import save_checkpoint_atomic
 
-    cfg = load_config(overrides={"arch": "dm_nfnet_nano", "depths": [1, 1, 1, 1], "num_classes": 3,
+    cfg = load_config(overrides={"arch": "dm_nfnet_nano", "num_classes": 3,
                                  "test_input_size": 64, "eval_crop_mode": "squash", "crop_pct": 0.875})
     network = create_model("dm_nfnet_nano", num_classes=3)
     rng = np.random.default_rng(0)

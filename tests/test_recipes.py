@@ -176,7 +176,10 @@ def test_deepmind_config_holds_deepminds_experiment_and_variant_values(path):
     cfg = load_config(path)
     ref = deepmind_get_config()
     depth, train_size, test_size, drop_rate = NFNET_PARAMS[_variant(path)]
-    assert (cfg.depths, cfg.input_size, cfg.test_input_size, cfg.drop_rate) == (depth, train_size, test_size, drop_rate)
+    from src.models import MODEL_CFGS  # the network the config's arch builds
+
+    assert (list(MODEL_CFGS[cfg.arch].depths), cfg.input_size, cfg.test_input_size, cfg.drop_rate) == \
+        (depth, train_size, test_size, drop_rate)
     assert DEVICES * cfg.batch_size * cfg.accumulation_step == ref["train_batch_size"]
     assert (cfg.base_lr, cfg.lr_reference_batch, cfg.epochs) == (ref["lr"], 256, ref["num_epochs"])
     assert (cfg.lr_scheduler, cfg.warmup_length, cfg.warmup_lr, cfg.min_lr) == \

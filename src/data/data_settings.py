@@ -21,8 +21,8 @@ No MindSpore at import time: the entry points apply the record before their heav
 import json
 import os
 
+from src.atomic import write_json
 from src.errors import UserError
-from src.variants import VARIANTS
 
 from .transforms import IMAGENET_MEAN, IMAGENET_STD
 
@@ -168,8 +168,6 @@ def sidecar_path(model_path):
 
 
 def write_sidecar(model_path, record):
-    from src.deploy.binio import write_json
-
     path = sidecar_path(model_path)
     write_json(path, record)
     return path
@@ -190,8 +188,7 @@ def read_sidecar(model_path):
 def apply_settings(cfg, record, explicit=(), keys=MODEL_KEYS + TRANSFORM_KEYS):
     """(cfg with the record's `keys` except those in `explicit`, {key: (config value, record value)} changed).
 
-    `explicit` holds the keys given on the command line: they win over the record. A
-    changed arch brings its depths along (the config checks that they agree).
+    `explicit` holds the keys given on the command line: they win over the record.
     """
     if not record:
         return cfg, {}
@@ -204,9 +201,6 @@ def apply_settings(cfg, record, explicit=(), keys=MODEL_KEYS + TRANSFORM_KEYS):
     if not changes:
         return cfg, {}
     replace = dict(changes)
-    if "arch" in replace and "depths" not in explicit:
-        variant = VARIANTS.get(replace["arch"])
-        replace["depths"] = list(variant.depths) if variant else cfg.depths
     if "crop_pct" in replace or "eval_crop_mode" in replace:  # they are checked together
         replace.setdefault("crop_pct", record.get("crop_pct", cfg.crop_pct))
         replace.setdefault("eval_crop_mode", record.get("eval_crop_mode", cfg.eval_crop_mode))

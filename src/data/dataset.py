@@ -53,7 +53,7 @@ import numpy as np
 import mindspore.dataset as ds
 
 from .folder import DatasetError, IMG_EXTENSIONS, check_dataset_layout, scan_image_folder  # noqa: F401 (re-export)
-from .to_mindrecord import is_mindrecord_split, mindrecord_files, read_classes
+from .folder import is_mindrecord_split, mindrecord_files, read_classes
 from .transforms import UnreadableImageError, load_image
 
 _logger = logging.getLogger(__name__)

@@ -4,12 +4,11 @@ Nothing here imports MindSpore, so train.py / eval.py can validate the dataset
 layout (and fail with one line naming the culprit) before paying for heavy imports.
 """
 import collections
+import json
 import os
 import sys
 
 from src.errors import UserError
-
-from .to_mindrecord import is_mindrecord_split, read_classes
 
 IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 
@@ -202,3 +201,33 @@ def check_dataset_layout(data_path, train_split="train", val_split="val", num_cl
     if num_classes is not None and class_names is None and len(first) != num_classes:
         raise DatasetError(f"found {len(first)} class folders in {first_dir}, but num_classes is {num_classes}")
     return first
+
+
+# --------------------------------------------------------------------------- converted (MindRecord) splits
+# The on-disk names src/data/to_mindrecord.py writes and the loader reads: <split>.mindrecord (one
+# shard) or <split>.mindrecord0 ... N-1, and <split>.classes.json (class names in label order).
+def mindrecord_files(data_path, split):
+    """The MindRecord files of ``split`` under ``data_path`` (sorted by shard), or [] when there are none."""
+    base = os.path.join(data_path, f"{split}.mindrecord")
+    if os.path.isfile(base):
+        return [base]
+    files = []
+    while os.path.isfile(f"{base}{len(files)}"):
+        files.append(f"{base}{len(files)}")
+    return files
+
+
+def is_mindrecord_split(data_path, split):
+    """True when ``data_path/split`` is a converted MindRecord split rather than a folder."""
+    return not os.path.isdir(os.path.join(data_path, split)) and bool(mindrecord_files(data_path, split))
+
+
+def classes_file(data_path, split):
+    """Path of a converted split's class list."""
+    return os.path.join(data_path, f"{split}.classes.json")
+
+
+def read_classes(data_path, split):
+    """Class names of a converted split, in label order."""
+    with open(classes_file(data_path, split), encoding="utf-8") as f:
+        return json.load(f)

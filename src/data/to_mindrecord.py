@@ -1,4 +1,4 @@
-"""Convert ImageNet-layout folders to MindRecord shards; the file convention create_dataset reads.
+"""Convert ImageNet-layout folders to MindRecord shards (the file names: src/data/folder.py).
 
     python -m src.data.to_mindrecord --data_path <root holding train/ val/> --output <dir> --shards N
 
@@ -20,37 +20,18 @@ import json
 import os
 import sys
 
+from src.atomic import write_atomic
+
+from .folder import DatasetError, classes_file, mindrecord_files, scan_image_folder
+from .transforms import UnreadableImageError, load_image
+
 SCHEMA = {"image": {"type": "bytes"}, "label": {"type": "int32"}, "index": {"type": "int64"},
           "path": {"type": "string"}}
 ROWS_PER_WRITE = 256
 
 
-def mindrecord_files(data_path, split):
-    """The MindRecord files of ``split`` under ``data_path`` (sorted by shard), or [] when there are none."""
-    base = os.path.join(data_path, f"{split}.mindrecord")
-    if os.path.isfile(base):
-        return [base]
-    files = []
-    while os.path.isfile(f"{base}{len(files)}"):
-        files.append(f"{base}{len(files)}")
-    return files
-
-
-def is_mindrecord_split(data_path, split):
-    """True when ``data_path/split`` is a converted MindRecord split rather than a folder."""
-    return not os.path.isdir(os.path.join(data_path, split)) and bool(mindrecord_files(data_path, split))
-
-
-def read_classes(data_path, split):
-    """Class names of a converted split, in label order."""
-    with open(os.path.join(data_path, f"{split}.classes.json"), encoding="utf-8") as f:
-        return json.load(f)
-
-
 def _readable_bytes(path):
     """The file's bytes when it decodes as an image, else None."""
-    from .transforms import UnreadableImageError, load_image
-
     try:
         load_image(path)
     except UnreadableImageError as err:
@@ -63,8 +44,6 @@ def _readable_bytes(path):
 def convert_split(data_path, split, output, shards=1):
     """Write ``data_path/split`` as MindRecord shards under ``output``; returns (rows written, skipped)."""
     from mindspore.mindrecord import FileWriter
-
-    from .folder import scan_image_folder
 
     split_dir = os.path.join(data_path, split)
     samples, classes = scan_image_folder(split_dir)
@@ -88,9 +67,7 @@ def convert_split(data_path, split, output, shards=1):
         writer.write_raw_data(rows, parallel_writer=shards > 1)
         written += len(rows)
     writer.commit()
-    with open(os.path.join(output, f"{split}.classes.json"), "w", encoding="utf-8") as f:
-        json.dump(classes, f)
-        f.write("\n")
+    write_atomic(classes_file(output, split), json.dumps(classes) + "\n")
     return written, skipped
 
 
@@ -107,8 +84,6 @@ def main(argv=None):
     splits = args.splits or [s for s in ("train", "val") if os.path.isdir(os.path.join(args.data_path, s))]
     if not splits:
         parser.error(f"no train/ or val/ folder in {args.data_path}: give --splits")
-    from .folder import DatasetError
-
     for split in splits:
         try:
             written, skipped = convert_split(args.data_path, split, args.output, args.shards)

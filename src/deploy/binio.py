@@ -13,9 +13,10 @@ No MindSpore here: postprocess.py must run wherever NumPy does.
 """
 import json
 import os
-import tempfile
 
 import numpy as np
+
+from src.atomic import write_atomic, write_json  # noqa: F401 (write_json: re-export)
 
 from .errors import DeployError
 
@@ -36,23 +37,9 @@ def result_name(name):
     return name + RESULT_SUFFIX
 
 
-def write_atomic(path, data):
-    """Write bytes to `path` through a temporary file in the same folder and a rename."""
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-
-
 def write_tensor(path, array):
-    """Save `array` as raw float32 (little-endian, C order)."""
-    write_atomic(path, np.ascontiguousarray(array, dtype=DTYPE).tobytes())
+    """Save `array` as raw float32 (little-endian, C order); not fsynced (many files, cheap to remake)."""
+    write_atomic(path, np.ascontiguousarray(array, dtype=DTYPE).tobytes(), durable=False)
 
 
 def read_tensor(path, shape=None):
@@ -68,10 +55,6 @@ def read_tensor(path, shape=None):
         raise DeployError(f"{path}: holds {data.size} float32 values, expected {expected} for shape "
                           f"{tuple(shape)} ({expected * DTYPE.itemsize} bytes)")
     return data.reshape(shape)
-
-
-def write_json(path, obj):
-    write_atomic(path, (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode("utf-8"))
 
 
 def read_labels(path):

@@ -1,5 +1,5 @@
 """Command-line helpers shared by export.py and preprocess.py."""
-from src.config import ConfigError
+from src.errors import ConfigError
 
 
 def alias_flag(argv, alias, key):

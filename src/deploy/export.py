@@ -19,12 +19,13 @@ import os
 
 import numpy as np
 
+from src.atomic import atomic_path
+
 from .errors import DeployError
 
 EXTENSIONS = {"MINDIR": ".mindir", "ONNX": ".onnx", "AIR": ".air"}
 # export.py --conv_impl: the name users see -> FoldedConv2d's implementation
 CONV_IMPLS = {"native": "native", "im2col_cpu": "matmul"}
-EMA_PREFIX = "ema."
 
 
 def export_path(file_name, file_format):
@@ -47,23 +48,6 @@ def check_device(device_target, file_format):
         raise DeployError(f"{what}device_target {device_target} is not available in this MindSpore build "
                           f"({ms.__version__}); use --device_target CPU"
                           + (" and export MINDIR or ONNX" if file_format == "AIR" else ""))
-
-
-def create_eval_network(cfg, checkpoint_path, use_ema=None):
-    """The eval-mode network of `cfg.arch` with the checkpoint's weights (EMA ones if asked and present),
-    in its plain forms: no backend fast forms (src/models/layers/fast_forms.py) to undo.
-
-    Returns (network, prefix) where prefix tells which weights were loaded ("ema." or "").
-    """
-    from src.builders import build_network
-    from src.models import checkpoint_has_prefix
-
-    use_ema = cfg.use_ema if use_ema is None else use_ema
-    prefix = EMA_PREFIX if use_ema and checkpoint_has_prefix(checkpoint_path, EMA_PREFIX) else ""
-    network = build_network(cfg, checkpoint_path=checkpoint_path, checkpoint_prefix=prefix, finetune=False,
-                            fast_forms=False)
-    network.set_train(False)
-    return network, prefix
 
 
 def create_deploy_network(network, file_format="MINDIR", conv_impl="native", dynamic_batch=False):
@@ -108,26 +92,21 @@ def export_network(network, file_format, file_name, batch_size, image_size, over
     path = export_path(file_name, file_format)
     if os.path.exists(path) and not overwrite:
         raise DeployError(f"{path} already exists; pass --overwrite to replace it")
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    tmp_stem = os.path.join(directory, f".{os.path.basename(path)}.partial-{os.getpid()}")
-    tmp_path = tmp_stem + EXTENSIONS[file_format]
     example = ms.Tensor(np.zeros((batch_size, 3, image_size, image_size), np.float32))
-    try:
+    ext = EXTENSIONS[file_format]
+    with atomic_path(path) as tmp_path:
+        written = tmp_path[:-len(ext)] + ext  # ms.export appends the lower-case extension to a stem
         if file_format == "ONNX":  # mindspore.export(file_format="ONNX") is deprecated in MindSpore 2.10
-            ms.onnx.export(network, example, file_name=tmp_path)
+            ms.onnx.export(network, example, file_name=written)
         else:
-            ms.export(network, example, file_name=tmp_stem, file_format=file_format)
-        if not os.path.isfile(tmp_path):
-            raise DeployError(f"MindSpore wrote no {file_format} file at {tmp_path}")
+            ms.export(network, example, file_name=written[:-len(ext)], file_format=file_format)
+        if not os.path.isfile(written):
+            raise DeployError(f"MindSpore wrote no {file_format} file at {written}")
         if dynamic_batch:
             from .onnx_batch import make_batch_dynamic
 
-            make_batch_dynamic(tmp_path)
-        os.replace(tmp_path, path)
-    finally:
-        if os.path.exists(tmp_path):
-            os.remove(tmp_path)
+            make_batch_dynamic(written)
+        os.replace(written, tmp_path)  # the same name unless file_name ended in e.g. .MINDIR
     return path
 
 
@@ -151,8 +130,10 @@ def run_export(cfg, checkpoint_path, overwrite=False, conv_impl="native", dynami
     if dynamic_batch and cfg.file_format != "ONNX":
         raise DeployError(f"--dynamic_batch is for ONNX exports only, not {cfg.file_format}")
     ms.set_device(cfg.device_target, cfg.device_id)
-    network, prefix = create_eval_network(cfg, checkpoint_path)  # CheckpointError is a UserError
-    if cfg.use_ema and not prefix:
+    from src.builders import build_eval_network
+
+    network, ema = build_eval_network(cfg, checkpoint_path, fast_forms=False)  # CheckpointError is a UserError
+    if cfg.use_ema and not ema:
         log(f"note: {checkpoint_path} holds no EMA weights; exporting its raw weights")
     deployed = create_deploy_network(network, cfg.file_format, conv_impl, dynamic_batch)
     path = export_network(deployed, cfg.file_format, file_name, cfg.export_batch_size, cfg.test_input_size,
@@ -163,6 +144,6 @@ def run_export(cfg, checkpoint_path, overwrite=False, conv_impl="native", dynami
     impls = "native" if cfg.file_format == "ONNX" else conv_impl
     size = cfg.test_input_size
     batch = "any" if dynamic_batch else cfg.export_batch_size
-    log(f"exported {cfg.arch} ({'EMA' if prefix else 'raw'} weights of {checkpoint_path}) as {cfg.file_format}: "
+    log(f"exported {cfg.arch} ({'EMA' if ema else 'raw'} weights of {checkpoint_path}) as {cfg.file_format}: "
         f"{path} (input {batch}x3x{size}x{size} float32, {impls} convolutions); data settings: {sidecar}")
     return path

@@ -20,9 +20,10 @@ import time
 
 import numpy as np
 
+from src.atomic import write_atomic
 from src.errors import run_cli
 
-from .binio import DTYPE, list_bins, mindir_input_shape, read_tensor, result_name, write_atomic, write_tensor
+from .binio import DTYPE, list_bins, mindir_input_shape, read_tensor, result_name, write_tensor
 from .errors import DeployError
 from .progress import ProgressBar
 
@@ -128,7 +129,7 @@ def run_inference(model_path, input_path, result_path, time_path=None, device_ta
                  mean_ms_per_image=1000.0 * elapsed / images)
     if time_path:
         os.makedirs(time_path, exist_ok=True)
-        write_atomic(os.path.join(time_path, TIME_FILE), format_timing(stats).encode("utf-8") + b"\n")
+        write_atomic(os.path.join(time_path, TIME_FILE), format_timing(stats) + "\n")
     return stats
 
 

@@ -20,11 +20,10 @@ Protobuf keeps every other field as unknown fields and writes them back unchange
 """
 from mindspore import nn, ops
 
+from src.atomic import write_atomic
 from src.models.layers.replace import replace_cells
 from src.models.layers.squeeze_excite import SqueezeExcite
 from src.models.nfnet import ClassifierHead
-
-from .binio import write_atomic
 
 BATCH_DIM = "batch"
 

@@ -19,9 +19,9 @@ import os
 
 import numpy as np
 
+from src.atomic import write_atomic
 from src.data.folder import IMG_EXTENSIONS
 
-from .binio import write_atomic
 from .errors import DeployError
 
 LIST_EXTENSIONS = (".txt", ".lst")
@@ -103,10 +103,10 @@ class CheckpointRunner:
     def __init__(self, cfg, checkpoint, batch_size):
         import mindspore as ms
 
-        from .export import create_eval_network
+        from src.builders import build_eval_network
 
-        self.network, prefix = create_eval_network(cfg, checkpoint)
-        self.weights = "EMA" if prefix else "raw"
+        self.network, ema = build_eval_network(cfg, checkpoint, fast_forms=False)
+        self.weights = "EMA" if ema else "raw"
         self.batch_size, self.image_size = batch_size, cfg.test_input_size
         self._tensor = ms.Tensor
 
@@ -197,7 +197,7 @@ def write_predictions(path, text):
     directory = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(directory):
         raise DeployError(f"--output {path}: folder {directory} does not exist")
-    write_atomic(path, text.encode("utf-8"))
+    write_atomic(path, text)
 
 
 def format_line(item):

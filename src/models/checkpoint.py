@@ -6,6 +6,9 @@ from mindspore import Tensor
 
 from src.errors import UserError
 
+# The EMA averages of the weights are stored as "ema." + the weight's name (src/trainers/ema.py).
+EMA_PREFIX = "ema."
+
 
 class CheckpointError(UserError):
     """A checkpoint that cannot be loaded into the network; the message names what does not fit."""

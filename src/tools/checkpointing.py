@@ -24,16 +24,17 @@ import errno
 import glob
 import os
 import re
-import uuid
+from typing import NamedTuple, Optional
 
 import numpy as np
 import mindspore as ms
 from mindspore import Tensor
 
+from src.atomic import PARTIAL_MARK, atomic_path
 from src.errors import UserError
 from src.models.checkpoint import CheckpointError, describe_mismatch
 
-__all__ = ["CheckpointError", "CheckpointManager", "OutputWriteError", "save_checkpoint_atomic",
+__all__ = ["CheckpointError", "CheckpointManager", "OutputWriteError", "ResumePoint", "save_checkpoint_atomic",
            "remove_partial_files", "read_checkpoint_meta", "find_latest_checkpoint", "load_training_state",
            "prepare_output_dir", "check_resume", "write_errors_reported", "CONFIG_DERIVED_PARAMS"]
 
@@ -50,8 +51,6 @@ class OutputWriteError(UserError):
     """A file of the run could not be written (disk full, read-only, permission): one line naming
     the path and what was kept."""
 
-# Temporary names start with a dot and carry this marker; nothing else in a run directory does.
-_PARTIAL_MARK = ".partial-"
 # <prefix>-<epoch>_<step>.ckpt, MindSpore's ModelCheckpoint naming.
 _PERIODIC_NAME = re.compile(r"^(?P<prefix>[^.].*)-(?P<epoch>\d+)_(?P<step>\d+)\.ckpt$")
 
@@ -69,18 +68,6 @@ def _is_metadata(name):
 def _first_line(exc):
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
-
-
-def _fsync_dir(directory):
-    """Make a rename in `directory` durable (no-op where directories cannot be opened)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _metadata_tensors(append_dict):
@@ -125,35 +112,20 @@ def save_checkpoint_atomic(cell_or_param_list, path, append_dict=None):
         The final path.
     """
     path = os.path.abspath(path if path.endswith(".ckpt") else path + ".ckpt")
-    directory, base = os.path.split(path)
-    os.makedirs(directory, exist_ok=True)
-    # Ends in .ckpt so that MindSpore neither renames it nor appends a suffix; MindSpore's
-    # own intermediate file is this name with .tmp instead of .ckpt, hidden as well.
-    tmp = os.path.join(directory, f".{base[:-5]}{_PARTIAL_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}.ckpt")
     try:
-        ms.save_checkpoint(cell_or_param_list, tmp, append_dict=_metadata_tensors(append_dict),
-                           async_save=False, crc_check=True)
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        _fsync_dir(directory)
-    except BaseException as exc:
-        for leftover in (tmp, tmp[:-5] + ".tmp"):
-            if os.path.exists(leftover):
-                os.remove(leftover)
-        if isinstance(exc, OSError):
-            raise OutputWriteError(f"cannot write {path}: {exc.strerror or _first_line(exc)}") from None
-        raise
+        # the temporary ends in .ckpt, so MindSpore neither renames it nor appends a suffix
+        with atomic_path(path) as tmp:
+            ms.save_checkpoint(cell_or_param_list, tmp, append_dict=_metadata_tensors(append_dict),
+                               async_save=False, crc_check=True)
+    except OSError as exc:
+        raise OutputWriteError(f"cannot write {path}: {exc.strerror or _first_line(exc)}") from None
     return path
 
 
 def remove_partial_files(directory):
     """Delete temporary files left by a writer that was killed mid-save; returns their count."""
     removed = 0
-    for leftover in glob.glob(os.path.join(directory, f".*{_PARTIAL_MARK}*")):
+    for leftover in glob.glob(os.path.join(directory, f".*{PARTIAL_MARK}*")):
         try:
             os.remove(leftover)
             removed += 1
@@ -168,9 +140,8 @@ class CheckpointManager:
     Epoch checkpoints are `<prefix>-<epoch>_<step>.ckpt`; the best one is
     `<prefix>_best.ckpt`, replaced whenever the evaluation top-1 improves. Old epoch
     checkpoints are deleted only after the new one is complete, so a crash never leaves
-    fewer complete checkpoints than before. `best_top1` is stored in every checkpoint;
-    after a resume set it from `load_training_state(...)["best_top1"]` so that the first
-    evaluation does not replace a better best checkpoint.
+    fewer complete checkpoints than before. `best_top1` is stored in every checkpoint and
+    taken back by resume().
 
     With is_main=False (ranks other than 0) nothing is written and saves return None.
     `extra_meta` entries (the run's data settings) go into every checkpoint.
@@ -187,6 +158,8 @@ class CheckpointManager:
         self.best_top1 = None
         self.latest_path = None  # the last complete checkpoint this manager wrote
         self.run_meta = dict(run_meta or {})  # RUN_KEYS -> this run's values, stored in every checkpoint
+        self.resume_point = ResumePoint(None)  # set by resume()
+        self._resume_state = None  # (path, entries) that resume() read, until restore() applies them
         if is_main:
             os.makedirs(self.output_dir, exist_ok=True)
             remove_partial_files(self.output_dir)
@@ -212,6 +185,68 @@ class CheckpointManager:
         if self.best_top1 is not None:
             meta[BEST_KEY] = float(self.best_top1)
         return meta
+
+    def resume(self, source, share=None, log_fn=print):
+        """Where this run continues, as rank 0 decides it: a ResumePoint (status, epoch, epoch_step, path).
+
+        source: None (a fresh run), "auto" (the latest checkpoint in output_dir; a fresh run while
+        there is none) or a checkpoint path. Rank 0 alone finds the checkpoint and reads it once,
+        whole and CRC-checked; checks it against the run's shape (run_meta, check_resume: one-line
+        refusals) and takes over its best_top1, so that the first evaluation does not replace a
+        better best checkpoint. The state waits for restore(): the data pipeline needs the position
+        before the train cell can exist. Every other rank learns the decision and the position
+        through `share` (RunContext.from_main), with no path, and the state in restore().
+        """
+        path, stored, status, error = None, None, 0, None
+        if self.is_main and source:
+            try:
+                if source == "auto":
+                    path, stored = _latest_checkpoint(self.output_dir, lambda p: _load(p, crc_check=True), log_fn)
+                else:
+                    path, stored = source, _read_state(source)
+                if path:
+                    status = 2 if check_resume(_metadata(stored), path, self.run_meta, log_fn) == "finished" else 1
+            except UserError as exc:
+                status, error = -1, exc
+        share = share or int
+        status = share(status)
+        if error is not None:
+            raise error
+        if status < 0:
+            raise UserError("rank 0 could not resume (its train.log says why)")
+        meta = _metadata(stored) if stored else {}
+        epoch, epoch_step = (share(int(meta.get(key, 0) or 0)) for key in (EPOCH_KEY, EPOCH_STEP_KEY))
+        if status and self.is_main:
+            self.best_top1 = meta.get(BEST_KEY)
+            self._resume_state = (path, stored)
+        elif source and not status:
+            log_fn(f"--resume {source}: no checkpoint in {self.output_dir} yet, starting from scratch")
+        self.resume_point = ResumePoint((None, "continue", "finished")[status], epoch, epoch_step, path)
+        return self.resume_point
+
+    def restore(self, train_cell, steps_per_epoch, share_parameters=None, log_fn=print):
+        """Record the run's (micro-)steps per epoch, stored in every checkpoint, and after resume() put
+        the checkpoint's state into `train_cell`.
+
+        Rank 0 uses what resume() read (refused in one line when the data's steps per epoch
+        changed); the other ranks get rank 0's values through `share_parameters`
+        (RunContext.share_parameters): other nodes need not see rank 0's disk.
+        """
+        self.run_meta["steps_per_epoch"] = int(steps_per_epoch)
+        if self.resume_point.status is None:
+            return
+        if self._resume_state is not None:
+            (path, stored), self._resume_state = self._resume_state, None
+            check_resume(_metadata(stored), path, dict(steps_per_epoch=steps_per_epoch))
+            state = _apply_state(train_cell, stored, path)
+            within = f" + {self.resume_point.epoch_step} step(s) of epoch {state['epoch'] + 1}" \
+                if self.resume_point.epoch_step else ""
+            log_fn(f"resumed from {path}: epoch {state['epoch']}{within}, step {state['global_step']}")
+        if share_parameters is not None:
+            share_parameters(train_cell)
+        if not self.is_main:
+            log_fn(f"resumed from rank 0's checkpoint: epoch {self.resume_point.epoch}, "
+                   f"{self.resume_point.epoch_step} step(s) into the next")
 
     def kept(self):
         """What a failed write leaves to continue from, in words (for the error line)."""
@@ -259,6 +294,16 @@ class CheckpointManager:
         return True
 
 
+class ResumePoint(NamedTuple):
+    """Where a run continues (CheckpointManager.resume): `status` None (nothing to resume), "continue" or
+    "finished" (the checkpoint already holds the whole run); `epoch` epochs and `epoch_step` steps of the
+    next one done; `path` the checkpoint (rank 0 only)."""
+    status: Optional[str]
+    epoch: int = 0
+    epoch_step: int = 0
+    path: Optional[str] = None
+
+
 # --------------------------------------------------------------------------- reading
 
 def _load(path, **kwargs):
@@ -276,7 +321,7 @@ def _load(path, **kwargs):
 
 
 def _scalar(value):
-    if isinstance(value, str):
+    if isinstance(value, str) or not hasattr(value, "asnumpy"):
         return value
     array = value.asnumpy()
     return array.item() if array.size == 1 else array
@@ -288,7 +333,10 @@ def read_checkpoint_meta(path):
     Raises CheckpointError for a missing or unreadable file; returns {} for a checkpoint
     without metadata (converted weights, a foreign file). Reading parses the whole file.
     """
-    stored = _load(path, choice_func=_is_metadata)
+    return _metadata(_load(path, choice_func=_is_metadata))
+
+
+def _metadata(stored):
     return {name: _scalar(value) for name, value in stored.items() if _is_metadata(name)}
 
 
@@ -302,8 +350,14 @@ def find_latest_checkpoint(output_dir, log_fn=print):
     one epoch checkpoint, plus any other checkpoint (the best one) whose name carries no
     epoch. Unreadable files are reported through log_fn and skipped.
     """
+    return _latest_checkpoint(output_dir, read_checkpoint_meta, log_fn)[0]
+
+
+def _latest_checkpoint(output_dir, read, log_fn):
+    """(path, read(path)) of find_latest_checkpoint's choice, or (None, None); `read` returns a
+    checkpoint's entries (metadata at least) or raises CheckpointError."""
     if not os.path.isdir(output_dir):
-        return None
+        return None, None
     named, unnamed = [], []
     for name in sorted(os.listdir(output_dir)):
         path = os.path.join(output_dir, name)
@@ -316,27 +370,25 @@ def find_latest_checkpoint(output_dir, log_fn=print):
             unnamed.append(path)
     named.sort(reverse=True)
 
-    def stored_position(path):
+    def candidate(path, rank):
         try:
-            meta = read_checkpoint_meta(path)
+            entries = read(path)
         except CheckpointError as exc:
             log_fn(f"skipping {exc}")
             return None
-        if EPOCH_KEY not in meta:
+        if EPOCH_KEY not in entries:
             return None
-        return int(meta[EPOCH_KEY]), int(meta.get(STEP_KEY, 0))
+        return (int(_scalar(entries[EPOCH_KEY])), int(_scalar(entries.get(STEP_KEY, 0))), rank, path), path, entries
 
-    candidates = []
-    for _, path in named:
-        position = stored_position(path)
-        if position is not None:
-            candidates.append((position, 1, path))  # an epoch checkpoint wins a tie with the best
-            break
-    for path in unnamed:
-        position = stored_position(path)
-        if position is not None:
-            candidates.append((position, 0, path))
-    return max(candidates)[2] if candidates else None
+    best = None  # only the leading candidate's entries are kept (a whole state when read is _load)
+    for path in [path for _, path in named] + unnamed:
+        is_named = path not in unnamed
+        if is_named and best is not None:
+            continue  # the newest readable epoch checkpoint ends their scan
+        found = candidate(path, 1 if is_named else 0)  # an epoch checkpoint wins a tie with the best
+        if found and (best is None or found[0] > best[0]):
+            best = found
+    return (best[1], best[2]) if best else (None, None)
 
 
 def check_resume(meta, path, settings, log_fn=print):
@@ -403,15 +455,24 @@ def load_training_state(train_cell, path, skip=CONFIG_DERIVED_PARAMS):
         dict(epoch=epochs completed, global_step=train steps completed, best_top1=best
         evaluation top-1 so far or None, metrics={name: value} of a best checkpoint, path).
     """
+    return _apply_state(train_cell, _read_state(path), path, skip)
+
+
+def _read_state(path):
+    """Every entry of a training checkpoint (CRC-checked); CheckpointError for anything else."""
     stored = _load(path, crc_check=True)
+    if EPOCH_KEY not in stored:
+        raise CheckpointError(f"{path} holds no training state (no {EPOCH_KEY!r} entry): "
+                              "use it as pretrained weights instead of resuming from it")
+    return stored
+
+
+def _apply_state(train_cell, stored, path, skip=CONFIG_DERIVED_PARAMS):
     own = {}
     for _, param in train_cell.parameters_and_names():
         own.setdefault(param.name, param)
     state = {name: value for name, value in stored.items() if not _is_metadata(name) and name not in skip}
     own = {name: param for name, param in own.items() if name not in skip}
-    if EPOCH_KEY not in stored:
-        raise CheckpointError(f"{path} holds no training state (no {EPOCH_KEY!r} entry): "
-                              "use it as pretrained weights instead of resuming from it")
     missing = set(own) - set(state)
     unexpected = set(state) - set(own)
     misshaped = [f"{name} {tuple(state[name].shape)} vs {tuple(own[name].shape)}"
@@ -422,7 +483,7 @@ def load_training_state(train_cell, path, skip=CONFIG_DERIVED_PARAMS):
                               + describe_mismatch(missing, unexpected, misshaped))
     for name, param in own.items():
         param.set_data(Tensor(state[name].asnumpy().reshape(param.shape), dtype=param.dtype))
-    meta = {name: _scalar(value) for name, value in stored.items() if _is_metadata(name)}
+    meta = _metadata(stored)
     return {
         "epoch": int(meta[EPOCH_KEY]),
         "global_step": int(meta.get(STEP_KEY, 0)),

@@ -21,6 +21,7 @@ import sys
 
 import numpy as np
 
+from src.atomic import atomic_path
 from src.errors import UserError
 
 _SAFETENSORS_DTYPES = {
@@ -137,10 +138,9 @@ def save_checkpoint(weights, path, append_dict=None):
     """Write {name: array} (+ append_dict entries) as a MindSpore checkpoint, atomically (temporary file, then rename)."""
     import mindspore as ms
 
-    # save_checkpoint appends ".ckpt" to other names; a hidden temporary is never taken for a result
-    tmp = os.path.join(os.path.dirname(path) or ".", f".{os.path.basename(path)}.tmp-{os.getpid()}.ckpt")
-    ms.save_checkpoint([{"name": n, "data": ms.Tensor(a)} for n, a in weights.items()], tmp, append_dict=append_dict)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:  # keeps path's .ckpt: save_checkpoint appends ".ckpt" to other names
+        ms.save_checkpoint([{"name": n, "data": ms.Tensor(a)} for n, a in weights.items()], tmp,
+                           append_dict=append_dict)
 
 
 def convert(input_path, output_path, arch=None):

@@ -15,6 +15,7 @@ import time
 
 from mindspore.train import Callback
 
+from src.atomic import atomic_path
 from src.tools.callbacks import epoch_record, step_record
 
 __all__ = ["MetricsCSV", "read_metrics", "plot_curves", "COLUMNS", "STEP_COLUMNS"]
@@ -207,13 +208,6 @@ def plot_curves(csv_path, png_path, steps_path=None):
         if len(axes.get_legend_handles_labels()[0]) > 1:
             axes.legend()
     figure.tight_layout()
-    directory, base = os.path.split(os.path.abspath(png_path))
-    os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, f".{base}.partial-{os.getpid()}.png")
-    try:
+    with atomic_path(png_path) as tmp:
         figure.savefig(tmp, format="png")
-        os.replace(tmp, png_path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
     return png_path

@@ -3,9 +3,10 @@
 Used only when ``enable_modelarts`` is set; ``moxing`` (shipped in ModelArts images) is imported
 then and only then. train.py and eval.py use it as
 
-    with modelarts_io(cfg.enable_modelarts, cfg.data_url, cfg.train_url, output_dir,
-                      local_dir=cfg.data_path, is_copier=ctx.local_rank == 0, is_main=ctx.is_main):
-        ... check the data in cfg.data_path, train or evaluate ...
+    check_before_init(cfg, check_inputs)  # the settings, or the local data, before MindSpore starts
+    ...
+    with data_and_results(cfg, ctx, output_dir, check_inputs):  # modelarts_io with cfg's settings
+        ... train or evaluate ...
 
 On a node with several processes one of them (``is_copier``) copies the data and leaves a
 marker file; the others wait for it. ``local_dir`` is expected to start without data of an

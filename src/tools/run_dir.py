@@ -11,7 +11,9 @@ refused with one line.
 import os
 import re
 
-from src.config import ARCH_NAMES, UserError
+from src.atomic import PARTIAL_MARK
+from src.errors import UserError
+from src.variants import VARIANTS
 
 RUN_MARKER = ".nfnet_run"
 # What train.py writes into a run directory (besides checkpoints).
@@ -19,8 +21,8 @@ RUN_FILES = ("config.yaml", "train.log", "metrics.csv", "metrics_steps.csv", "cu
              RUN_MARKER)
 _RANK_LOG = re.compile(r"^train_rank\d+\.log$")
 _CHECKPOINT = re.compile(r"^(?P<prefix>[^.].*?)(-\d+_\d+|_best)\.ckpt$")
-# hidden temporaries of an interrupted write (checkpointing._PARTIAL_MARK, the curves', save_config's)
-_TEMPORARY = re.compile(r"^\..*(\.partial-.*\.(ckpt|tmp|png)|\.yaml\.tmp)$")
+# hidden temporaries of an interrupted write (src/atomic.py: checkpoints, config.yaml, curves.png)
+_TEMPORARY = re.compile(r"^\..*" + re.escape(PARTIAL_MARK))
 
 
 def is_run_file(name):
@@ -28,7 +30,7 @@ def is_run_file(name):
     if name in RUN_FILES or _RANK_LOG.match(name) or _TEMPORARY.match(name):
         return True
     match = _CHECKPOINT.match(name)
-    return bool(match and match["prefix"] in ARCH_NAMES)
+    return bool(match and match["prefix"] in VARIANTS)
 
 
 def is_project_dir(path):

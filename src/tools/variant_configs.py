@@ -5,10 +5,10 @@
 
 A recipe (the model zoo's in src/configs/, DeepMind's in src/configs/deepmind/) is written once,
 as its dm_nfnet_f0.yaml; each larger variant is the same file with the variant's row of
-src/variants.py put in: arch, depths, dropout, train/test sizes, the RandAugment magnitude, the
+src/variants.py put in: arch, dropout, train/test sizes, the RandAugment magnitude, the
 output folder and the comments naming them. Every generated YAML still spells out every key,
 so one file shows a whole run. Edit an F0 YAML or the table, then run this;
-tests/test_variant_configs.py checks the files are current.
+tests/tools/test_variant_configs.py checks the files are current.
 """
 import os
 import re
@@ -59,9 +59,7 @@ def variant_yaml(f0_text, name, extra_header=None):
         elif m is not None:
             key, value, note = m.group("key", "value", "note")
             note = note.replace("NFNet-F0", title)
-            if key == "depths":
-                value = "[" + ", ".join(map(str, v.depths)) + "]"
-            elif key == "drop_rate":
+            if key == "drop_rate":
                 value = str(v.drop_rate)
             elif key == "input_size":
                 value = str(v.train_size)

@@ -18,9 +18,9 @@ import mindspore
 from mindspore.common import dtype as mstype
 from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
 
-__all__ = ["EMA", "copy_ema_to", "ema_weights_applied", "EMA_PREFIX"]
+from src.models.checkpoint import EMA_PREFIX
 
-EMA_PREFIX = "ema."
+__all__ = ["EMA", "copy_ema_to", "ema_weights_applied", "EMA_PREFIX"]
 
 _ema_update = ops.MultitypeFuncGraph("ema_update")
 

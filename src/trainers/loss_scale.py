@@ -34,7 +34,7 @@ _finite_sum = ops.MultitypeFuncGraph("finite_sum")
 def _finite_sum_tensor(grad):
     # One reduction per tensor: a NaN or inf anywhere makes the float32 sum non-finite.
     # (A finite sum overflowing float32 would also count; for gradients that is an overflow too.)
-    return ops.isfinite(ops.sum(ops.cast(grad, mindspore.float32).reshape(-1)))  # 1-D: see pool.py
+    return ops.isfinite(ops.sum(ops.cast(grad, mindspore.float32).reshape(-1)))  # 1-D: see layers/rowwise.py
 
 
 def all_finite(loss, grads):

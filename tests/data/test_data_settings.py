@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from src.config import load_config
-from src.variants import VARIANTS
 from src.data.data_settings import (RECORD_KEY, apply_settings, checkpoint_entry, read_checkpoint_settings,
                                     read_text_entry, settings_from_config, timm_pretrained_settings)
 
@@ -39,11 +38,10 @@ def test_checkpoints_without_settings_and_foreign_files_give_none(tmp_path):
 
 
 def test_the_record_wins_over_the_config_and_the_command_line_over_the_record():
-    cfg = load_config(overrides={"arch": "dm_nfnet_nano", "depths": [1, 1, 1, 1], "num_classes": 10})
+    cfg = load_config(overrides={"arch": "dm_nfnet_nano", "num_classes": 10})
     record = timm_pretrained_settings("dm_nfnet_f0")
     applied, changed = apply_settings(cfg, record)
-    assert (applied.arch, applied.depths, applied.num_classes) == ("dm_nfnet_f0", list(VARIANTS["dm_nfnet_f0"].depths),
-                                                                  1000)
+    assert (applied.arch, applied.num_classes) == ("dm_nfnet_f0", 1000)
     assert (applied.test_input_size, applied.crop_pct, applied.eval_crop_mode) == (256, 0.9, "squash")
     assert changed["crop_pct"] == (32, 0.9)
     kept, changed = apply_settings(load_config(), record, explicit={"test_input_size", "crop_pct", "eval_crop_mode"})

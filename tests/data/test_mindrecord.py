@@ -7,7 +7,8 @@ import pytest
 from PIL import Image
 
 from src.data import create_dataset
-from src.data.to_mindrecord import main as convert, mindrecord_files, read_classes
+from src.data.folder import mindrecord_files, read_classes
+from src.data.to_mindrecord import main as convert
 from src.data.transforms import create_eval_transform
 
 

@@ -37,8 +37,8 @@ def test_an_f0_edit_reaches_every_variant_and_the_rows_stay(copy_of_configs, cap
             path = root / folder / f"{name}.yaml"
             cfg = load_config(path)
             row = VARIANTS[name]
-            assert (cfg.arch, cfg.epochs, tuple(cfg.depths), cfg.input_size, cfg.test_input_size, cfg.drop_rate) == \
-                (name, 90, row.depths, row.train_size, row.test_size, row.drop_rate)
+            assert (cfg.arch, cfg.epochs, cfg.input_size, cfg.test_input_size, cfg.drop_rate) == \
+                (name, 90, row.train_size, row.test_size, row.drop_rate)
             magnitude = f"randaugment_4{row.ra_magnitude:02d}" if "deepmind" in folder else f"-m{row.ra_magnitude}-"
             assert magnitude in cfg.auto_augment
             assert set(yaml.safe_load(path.read_text())) == set(load_config().to_dict())  # every key spelled out

@@ -19,7 +19,7 @@ from src.tools.criterion import create_loss
 from src.trainers import create_train_step
 from src.models.layers import ScaledStdConv2d, SqueezeExcite
 
-cfg = load_config("src/configs/deepmind/dm_nfnet_f0.yaml", overrides=dict(arch="dm_nfnet_nano", depths=[1, 1, 1, 1],
+cfg = load_config("src/configs/deepmind/dm_nfnet_f0.yaml", overrides=dict(arch="dm_nfnet_nano",
                   num_classes=10, ema=False))
 network = build_network(cfg)
 schedule, _, _ = build_lr_schedule(cfg, 2, 1)

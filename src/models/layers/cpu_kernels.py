@@ -23,11 +23,12 @@ import platform
 import shutil
 import subprocess
 import sys
-import tempfile
 import warnings
 
 import mindspore as ms
 from mindspore import Tensor, ops
+
+from src.atomic import atomic_path
 
 from .activations import GammaAct
 from .conv2d_same import Conv2dSame, same_padding
@@ -82,18 +83,11 @@ def build(directory=None, compiler=None):
     compiler = compiler or os.environ.get("CXX") or "g++"
     if shutil.which(compiler) is None:
         raise RuntimeError(f"no C++ compiler {compiler!r} on PATH")
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=directory)
-    os.close(fd)
-    try:
+    with atomic_path(path, durable=False) as tmp:  # a cache: rebuilt if lost
         proc = subprocess.run([compiler, *CXX_FLAGS, "-o", tmp, SOURCE], capture_output=True, text=True,
                               timeout=300, check=False)
         if proc.returncode != 0:
             raise RuntimeError(f"{compiler} failed on {SOURCE}: {proc.stderr.strip()[-2000:]}")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
     return path
 
 
