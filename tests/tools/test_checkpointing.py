@@ -187,6 +187,39 @@ def test_find_latest_ignores_partial_files_and_orders_by_stored_epoch_not_mtime(
 # --------------------------------------------------------------------------- resume
 
 @pytest.mark.timeout(120)
+def test_the_manager_resumes_from_one_read_of_the_checkpoint(tmp_path, monkeypatch):
+    """resume() finds and reads the checkpoint (best_top1 taken over), restore() applies that same read."""
+    trained = make_train_cell(seed=0)
+    Model(trained).train(2, make_dataset())
+    writer = CheckpointManager(str(tmp_path), "run", keep_max=3, run_meta=dict(batch_size=4, epochs=4))
+    writer.best_top1 = 0.75
+    writer.restore(trained, STEPS_PER_EPOCH)  # a fresh run: records its steps per epoch only
+    path = writer.save(trained, 2, 2 * STEPS_PER_EPOCH)
+
+    reads = []
+    real_load = ms.load_checkpoint
+    monkeypatch.setattr(ms, "load_checkpoint", lambda name, *a, **k: reads.append(name) or real_load(name, *a, **k))
+    manager = CheckpointManager(str(tmp_path), "run", keep_max=3, run_meta=dict(batch_size=4, epochs=4))
+    point = manager.resume("auto", log_fn=lambda _: None)
+    assert (point.status, point.epoch, point.epoch_step, point.path) == ("continue", 2, 0, path)
+    assert manager.best_top1 == 0.75
+    resumed = make_train_cell(seed=1)
+    manager.restore(resumed, STEPS_PER_EPOCH, log_fn=lambda _: None)
+    assert reads == [path]
+    assert manager.run_meta["steps_per_epoch"] == STEPS_PER_EPOCH
+    for name, value in state_of(trained).items():
+        if name != "learning_rate":
+            np.testing.assert_array_equal(state_of(resumed)[name], value, err_msg=name)
+    with pytest.raises(CheckpointError, match="steps per epoch"):  # the data changed since
+        again = CheckpointManager(str(tmp_path), "run", keep_max=3, run_meta=dict(batch_size=4, epochs=4))
+        again.resume(path, log_fn=lambda _: None)
+        again.restore(make_train_cell(seed=1), STEPS_PER_EPOCH + 1)
+    finished = CheckpointManager(str(tmp_path), "run", keep_max=3, run_meta=dict(batch_size=4, epochs=2))
+    assert finished.resume("auto", log_fn=lambda _: None).status == "finished"
+
+
+
+@pytest.mark.timeout(120)
 def test_load_training_state_restores_every_parameter_and_training_continues_identically(tmp_path):
     trained = make_train_cell(seed=0)
     Model(trained).train(2, make_dataset())
