@@ -98,7 +98,7 @@ def test_check_dataset_layout_reports_mismatched_classes_and_count(tmp_path):
 # ----------------------------------------------------------------------------- samplers (no pipeline)
 
 def test_training_shards_partition_each_epoch_and_reshuffle():
-    from src.data.dataset import EpochShardSampler
+    from src.data.sources import EpochShardSampler
 
     n, shards = 11, 2
     samplers = [EpochShardSampler(n, shards, r, shuffle=True, seed=5) for r in range(shards)]
@@ -194,9 +194,9 @@ def test_training_augmentation_is_reproducible_with_any_worker_count(id_folder):
     assert not np.array_equal(single["image"], other_seed["image"])
 
 
-def random_mixup(x, labels):
-    """Mixup with a lambda drawn from NumPy's global state (as the project's Mixup draws)."""
-    lam = np.float32(np.random.beta(0.8, 0.8))
+def random_mixup(x, labels, rng):
+    """Mixup with a lambda drawn from the batch's generator (as the project's Mixup draws)."""
+    lam = np.float32(rng.beta(0.8, 0.8))
     one_hot = np.eye(2, dtype=np.float32)[labels]
     return lam * x + (1 - lam) * x[::-1], lam * one_hot + (1 - lam) * one_hot[::-1]
 
