@@ -230,7 +230,8 @@ def create_dataset(data_path, split, is_training, batch_size, transform, num_par
 
 
 def _open_source(data_path, split, class_names, strict_data, bad_file_log):
-    """The split's source: its MindRecord files when converted (classes checked against ``class_names``), else its folder."""
+    """The split's source: its MindRecord files when converted (classes checked against ``class_names``),
+    else its folder."""
     if is_mindrecord_split(data_path, split):
         stored = read_classes(data_path, split)
         if class_names is not None and list(stored) != list(class_names):
@@ -265,7 +266,8 @@ def create_loader(rows, transform, batch_size, seed=None, mixup=None, start_epoc
     return dataset.batch(batch_size, drop_remainder=drop_remainder, num_parallel_workers=workers if pairs else 1,
                          python_multiprocessing=multiprocessing and pairs, input_columns=columns,
                          output_columns=["image", "label"],
-                         per_batch_map=(MixPairsBatch if pairs else MixBatch)(mixup, seed, start_epoch, skip_batches))
+                         per_batch_map=(MixPairsBatch if pairs else MixBatch)(mixup, seed, start_epoch,
+                                                                              skip_batches))
 
 
 def create_file_dataset(paths, batch_size, transform, num_parallel_workers=2, strict_data=False, bad_file_log=None,

@@ -47,7 +47,8 @@ def takes_rng(step):
 
 
 def call_step(step, x, rng, takes=None):
-    """``step(x, rng=rng)`` when the step draws random numbers (``takes``, default takes_rng(step)), else ``step(x)``."""
+    """``step(x, rng=rng)`` when the step draws random numbers (``takes``, default takes_rng(step)), else
+    ``step(x)``."""
     if takes_rng(step) if takes is None else takes:
         return step(x, rng=rng)
     return step(x)
