@@ -11,7 +11,7 @@ first), and the image normalized. The target of an example is
 holding the first image.
 
 Here an example is built from an image pair (image, mix_image), so the batch holds B pairs
-and no image is dropped; the pipeline (src/data/dataset.py) draws the two images of a pair
+and no image is dropped; the folder source (src/data/sources.py) draws the two images of a pair
 from two independent shuffles, which pairs images as DeepMind's shuffled stream does.
 How this differs from timm's Mixup (mixup.py): timm mixes the batch with itself reversed,
 one lambda per batch by default, Mixup or CutMix for the whole batch, with CutMix boxes of
