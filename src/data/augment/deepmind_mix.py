@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .random_state import call_step, resolve_rng
+from .random_state import call_step, resolve_rng, takes_rng
 
 MEAN_RGB = (0.485 * 255, 0.456 * 255, 0.406 * 255)  # nfnets/dataset.py
 STDDEV_RGB = (0.229 * 255, 0.224 * 255, 0.225 * 255)
@@ -134,8 +134,9 @@ class DeepMindMixupCutMix:
         draws = self.draw(len(images), images.shape[1], images.shape[2], rng)
         mixed, ratio = self.mix(images, mix_images, draws)
         out = []
+        augment_takes_rng = takes_rng(self.augment)
         for image in mixed:
             if self.augment is not None:
-                image = call_step(self.augment, np.clip(image, 0.0, 255.0).astype(np.uint8), rng)
+                image = call_step(self.augment, np.clip(image, 0.0, 255.0).astype(np.uint8), rng, augment_takes_rng)
             out.append(normalize(image))
         return np.stack(out), self.targets(labels, mix_labels, ratio)

@@ -34,8 +34,12 @@ def resolve_rng(rng, default=None):
 
 
 def sample_rng(*words):
-    """A fresh ``RandomState`` seeded from integer ``words``, e.g. (seed, epoch, index): one per sample."""
-    return np.random.RandomState(np.random.MT19937(np.random.SeedSequence([int(w) for w in words])))
+    """A fresh ``RandomState`` seeded from integer ``words``, e.g. (seed, epoch, index): one per sample.
+
+    Its bits come from PCG64 (NumPy's default generator): 20-40 us to build here, where MT19937's 624-word
+    state costs 185 us, more than the global reseeding it replaced (130-270 us; measured, shared 2 cores).
+    """
+    return np.random.RandomState(np.random.PCG64(np.random.SeedSequence([int(w) for w in words])))
 
 
 def takes_rng(step):
