@@ -267,7 +267,7 @@ class BadFileReport(Callback):
     """At each epoch end, logs the unreadable images skipped since the last report.
 
     The data pipeline's workers list every file they could not decode in `bad_file_log`
-    (see src.data.dataset); this puts their number and names in the run's log. Place it
+    (see src.data.sources); this puts their number and names in the run's log. Place it
     after EvalCallback so that the epoch's validation files are included. Files already
     listed when training starts (an earlier session of a resumed run) were reported then.
     """
