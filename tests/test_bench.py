@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from benchmarks.bench import METRICS, collect_metrics, error_line, format_table
+from benchmarks.report import METRICS, collect_metrics, format_table
+from benchmarks.runner import error_line
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICK_METRICS = {key for key, *_ in METRICS} - {"mindrecord_img_s"}  # MindRecord: default run or --only
