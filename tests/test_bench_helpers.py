@@ -148,3 +148,24 @@ def test_curves_hold_each_point_or_its_reason_and_are_plotted(tmp_path):
     assert "failed: timed out after 120 s" in text and "b2     96px" in text
     scaling.plot_curves(curves, str(tmp_path / "scaling.png"), "test")
     assert (tmp_path / "scaling.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_image_ops_times_pil_and_opencv_forms_that_compute_the_same_image(tmp_path):
+    import numpy as np
+
+    from benchmarks import image_ops
+    from benchmarks.data_pipeline import write_jpegs
+
+    write_jpegs(str(tmp_path), 2)
+    paths = sorted(str(path) for path in tmp_path.rglob("*.JPEG"))
+    boxes = image_ops.crop_boxes_for(paths)
+    pil, opencv = image_ops.pil_steps(paths, boxes), image_ops.opencv_steps(paths, boxes)
+    # the OpenCV forms timed against PIL's compute the same image: decode bit for bit, colour ops within 2 levels
+    for step, tolerance in (("decode", 0), ("contrast 1.5", 2), ("color 1.5", 2), ("equalize", 2)):
+        for i in range(len(paths)):
+            diff = np.abs(np.asarray(pil[step](i), np.int16) - np.asarray(opencv[step](i), np.int16))
+            assert diff.max() <= tolerance, (step, i, diff.max())
+    result = image_ops.measure(paths, rounds=1)
+    assert all(ms > 0 for steps in result.values() for ms in steps.values())
+    assert {"decode", "crop+resize bicubic", "train transform"} <= set(result["PIL"])
+    assert "PIL/OpenCV" in image_ops.format_table(result)
