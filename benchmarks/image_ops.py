@@ -12,7 +12,8 @@ project runs them in PIL, beside the nearest OpenCV call:
                INTER_AREA
   RandAugment  the whole rand-m5-n4-mstd0.5-inc1 on a 192x192 image (PIL; no OpenCV form exists
                in the project), and three of its colour ops at a fixed magnitude:
-               Contrast, Color (saturation) and Equalize | OpenCV/NumPy equivalents
+               Contrast, Color (saturation) and Equalize | OpenCV/NumPy equivalents; each RandAugment
+               op at magnitude 5 (PIL); rotate and shear as in RandAugment | cv2.warpAffine
   normalize    ToNormalizedCHW (NumPy)
   whole        the full train transform on a decoded image, and decode + transform
 
@@ -32,6 +33,8 @@ if __package__ in (None, ""):  # python benchmarks/image_ops.py
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 CROP_SIZE = 192
+FILL = (124, 116, 104)  # RandAugment's fill: the ImageNet mean in 0..255
+SHEAR_X = (1, 0.15, 0, 0, 1, 0)  # PIL's inverse affine map (output -> input), as image_ops.shear_x
 
 
 def _opencv():
@@ -64,7 +67,11 @@ def pil_steps(paths, crop_boxes):
         "normalize": lambda i: normalize(crops[i]),
         "train transform": lambda i: transform(images[i]),
         "decode + train transform": lambda i: transform(load_image(paths[i])),
-        "rotate 15 bicubic": lambda i: crops[i].rotate(15, resample=Image.Resampling.BICUBIC, fillcolor=(124, 116, 104)),
+        "rotate 15 bicubic": lambda i: crops[i].rotate(15, resample=Image.Resampling.BICUBIC, fillcolor=FILL),
+        "shear x 0.15 bicubic": lambda i: crops[i].transform(crops[i].size, Image.Transform.AFFINE, SHEAR_X,
+                                                              resample=Image.Resampling.BICUBIC, fillcolor=FILL),
+        "shear x 0.15 bilinear": lambda i: crops[i].transform(crops[i].size, Image.Transform.AFFINE, SHEAR_X,
+                                                               resample=Image.Resampling.BILINEAR, fillcolor=FILL),
         **{f"RA {op.name} m5": (lambda i, op=op: op.apply(crops[i], 5)) for op in augment.ops},
         # PIL-side alternatives: JPEG DCT scaling down to what the crop needs, and resize's reducing_gap
         "decode draft for the crop": lambda i: decode_draft(paths[i], crop_boxes[i]),
@@ -123,7 +130,12 @@ def opencv_steps(paths, crop_boxes):
     def rotate(i, degrees=15):
         matrix = cv2.getRotationMatrix2D(((CROP_SIZE - 1) / 2, (CROP_SIZE - 1) / 2), degrees, 1.0)
         return cv2.warpAffine(crops[i], matrix, (CROP_SIZE, CROP_SIZE), flags=cv2.INTER_CUBIC,
-                              borderMode=cv2.BORDER_CONSTANT, borderValue=(124, 116, 104))
+                              borderMode=cv2.BORDER_CONSTANT, borderValue=FILL)
+
+    def shear_x(i, interpolation):  # the same inverse map as PIL's, through WARP_INVERSE_MAP
+        matrix = np.asarray(SHEAR_X, np.float64).reshape(2, 3)
+        return cv2.warpAffine(crops[i], matrix, (CROP_SIZE, CROP_SIZE), flags=interpolation | cv2.WARP_INVERSE_MAP,
+                              borderMode=cv2.BORDER_CONSTANT, borderValue=FILL)
 
     return {
         "decode": decode,
@@ -133,6 +145,8 @@ def opencv_steps(paths, crop_boxes):
         "color 1.5": color,
         "equalize": equalize,
         "rotate 15 bicubic": rotate,
+        "shear x 0.15 bicubic": lambda i: shear_x(i, cv2.INTER_CUBIC),
+        "shear x 0.15 bilinear": lambda i: shear_x(i, cv2.INTER_LINEAR),
     }
 
 
