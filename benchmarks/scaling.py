@@ -26,8 +26,9 @@ def point_key(framework, batch, size):
 def point_timeout(worker, batch, size, base_batch, base_size, quick_timeout=None):
     """Seconds for one curve point: start-up and compile plus 5 steps that grow with the pixels per step.
 
-    Measured at batch 8, 192 px on the 2-core machine under load 4-5: our worker 105 s in all
-    (compile ~20 s, steps ~3 s quiet), timm's ~40 s; the margins cover a load of 5.
+    Measured on the 2-core machine: our worker at batch 8, 192 px 43 s quiet (compile ~18 s, steps
+    2.8 s), 105 s at load 5; at load 8-9 with one timed step, batch 8 at 128 px 93 s and batch 16 at
+    192 px 182 s (6.2 GB). timm's at batch 8, 192 px 21 s quiet.
     """
     if quick_timeout is not None:
         return quick_timeout
