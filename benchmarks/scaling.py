@@ -28,12 +28,13 @@ def point_timeout(worker, batch, size, base_batch, base_size, quick_timeout=None
 
     Measured on the 2-core machine: our worker at batch 8, 192 px 43 s quiet (compile ~18 s, steps
     2.8 s), 105 s at load 5; at load 8-9 with one timed step, batch 8 at 128 px 93 s and batch 16 at
-    192 px 182 s (6.2 GB). timm's at batch 8, 192 px 21 s quiet.
+    192 px 182 s (6.2 GB). timm's at batch 8, 192 px 21 s quiet; at load 7 with one timed step, batch
+    16 at 192 px 173 s (46 s steps: PyTorch's threads slow down many-fold under load).
     """
     if quick_timeout is not None:
         return quick_timeout
     work = batch * size * size / (base_batch * base_size * base_size)
-    fixed, per_work = (120, 150) if worker == "train_ours" else (60, 60)
+    fixed, per_work = (120, 150) if worker == "train_ours" else (90, 150)
     return fixed + per_work * work
 
 
