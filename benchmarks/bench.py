@@ -453,7 +453,6 @@ def run_curves(opt, workdir, deadline, workers):
     return records
 
 
-
 def selected_workers(only, quick):
     if not only:
         return [w for w in WORKERS if not (quick and w == "mindrecord")]
