@@ -109,16 +109,14 @@ def _sgd_agc_step_dense(apply_momentum, lr, momentum, nesterov, clipping, eps, w
 _sgd_agc_step_fused = C.MultitypeFuncGraph("sgd_agc_step_fused")
 
 
-@_sgd_agc_step_fused.register("Function", "Function", "Tensor", "Number", "Bool",
-                              "Tensor", "Tensor", "Tensor", "Tensor")
-def _sgd_agc_step_fused_dense(apply_momentum, agc_kernel, lr, momentum, nesterov, consts, param, buf, grad):
-    """_sgd_agc_step_dense with AGC and weight decay in one fused CPU kernel (one pass per unit).
+@_sgd_agc_step_fused.register("Function", "Tensor", "Tensor", "Tensor", "Tensor", "Tensor")
+def _sgd_agc_step_fused_dense(update_kernel, hyper, consts, param, buf, grad):
+    """_sgd_agc_step_dense as one fused CPU kernel that writes param and buf in place (one pass).
 
-    consts = [clipping (0: not clipped), eps, weight decay (0: not decayed)] of this parameter.
+    consts = [clipping (0: not clipped), eps, weight decay (0: not decayed), whole-tensor norm,
+    Nesterov] of this parameter; hyper = [lr, lr * momentum, momentum] of this step.
     """
-    rows = 1 if _is_vector_like(grad.shape) else grad.shape[0]  # whole-tensor norm for vectors
-    grad = agc_kernel(grad.reshape(rows, -1), param.reshape(rows, -1), consts).reshape(grad.shape)
-    return _momentum_step(apply_momentum, lr, momentum, nesterov, param, buf, grad)
+    return update_kernel(grad, param, buf, consts, hyper)
 
 
 def _matches(name, keys):
@@ -148,8 +146,9 @@ class SGDAGC(nn.Optimizer):
             not clipped.
         loss_scale: a fixed loss scale that is still inside the gradients.
             Gradients are divided by it before clipping.
-        fused: AGC + weight decay as one fused CPU kernel per parameter (the same
-            arithmetic); None: when the fused CPU kernels are active
+        fused: the whole update of a parameter (AGC, weight decay, momentum) as one fused
+            CPU kernel that writes the weight and its buffer in place (the same arithmetic, no
+            parameter-sized temporaries); None: when the fused CPU kernels are active
             (src/models/layers/config.py).
 
     Loss scaling and data parallelism: ``TrainOneStepWithLossScaleCell``
@@ -193,24 +192,26 @@ class SGDAGC(nn.Optimizer):
         self.clip_flags = tuple(self.clipping > 0 and not _matches(n, agc_exclude) for n in names)
         self.moments = self._parameters.clone(prefix="momentum", init="zeros")
         self.apply_momentum = ops.ApplyMomentum()
-        self.agc_kernel = self.agc_consts = None
+        self.update_kernel = self.kernel_consts = None
         if active_forms().fused_kernels if fused is None else fused:
-            from src.models.layers.cpu_kernels import agc_decay_gradient_op
+            from src.models.layers.cpu_kernels import sgd_agc_update_op
 
-            self.agc_kernel = agc_decay_gradient_op()
-            self.agc_consts = tuple(Tensor([self.clipping if clip else 0.0, self.eps, self.wd if decay else 0.0],
-                                           mindspore.float32)
-                                    for clip, decay in zip(self.clip_flags, self.decay_flags))
+            self.update_kernel = sgd_agc_update_op()
+            self.kernel_consts = tuple(
+                Tensor([self.clipping if clip else 0.0, self.eps, self.wd if decay else 0.0,
+                        float(_is_vector_like(p.shape)), float(self.nesterov)], mindspore.float32)
+                for p, clip, decay in zip(self._parameters, self.clip_flags, self.decay_flags))
 
     @mindspore.jit
     def construct(self, gradients):
         gradients = self.scale_grad(gradients)  # divide out a fixed loss scale, if any
         lr = self.get_lr()
         self.assignadd(self.global_step, self.global_step_increase_tensor)
-        if self.agc_kernel is not None:
-            step = ops.partial(_sgd_agc_step_fused, self.apply_momentum, self.agc_kernel, lr, self.momentum,
-                               self.nesterov)
-            return self.hyper_map(step, self.agc_consts, self._parameters, self.moments, gradients)
+        if self.update_kernel is not None:
+            lr = ops.cast(lr, mindspore.float32)
+            hyper = ops.stack([lr, lr * self.momentum, ops.full_like(lr, self.momentum)])
+            step = ops.partial(_sgd_agc_step_fused, self.update_kernel, hyper)
+            return self.hyper_map(step, self.kernel_consts, self._parameters, self.moments, gradients)
         step = ops.partial(_sgd_agc_step, self.apply_momentum, lr, self.momentum, self.nesterov,
                            self.clipping, self.eps, self.wd)
         return self.hyper_map(step, self.clip_flags, self.decay_flags,

@@ -18,6 +18,8 @@ import mindspore
 from mindspore.common import dtype as mstype
 from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
 
+from src.models.layers import active_forms
+
 __all__ = ["EMA", "copy_ema_to", "ema_weights_applied", "EMA_PREFIX"]
 
 EMA_PREFIX = "ema."
@@ -31,6 +33,14 @@ def _ema_update_tensor(decay, average, weight):
     return ops.assign(average, average * decay + ops.cast(weight, average.dtype) * (1.0 - decay))
 
 
+_ema_update_fused = ops.MultitypeFuncGraph("ema_update_fused")
+
+
+@_ema_update_fused.register("Function", "Tensor", "Tensor", "Tensor")
+def _ema_update_fused_tensor(update_kernel, decays, average, weight):
+    return update_kernel(average, weight, decays)  # in place: average * decay + weight * (1 - decay)
+
+
 class EMA(nn.Cell):
     """EMA of `params` (usually `network.get_parameters()`), updated by calling the cell.
 
@@ -38,12 +48,15 @@ class EMA(nn.Cell):
         params: the weights to average; only floating-point ones are kept.
         decay: the decay (0.99999 in the paper's ImageNet runs).
         warmup: DeepMind's warm-up min(decay, (1 + t) / (10 + t)); False: constant decay.
+        fused: update each average in place with one fused CPU kernel (the same formula, no
+            weight-sized temporaries); None: when the fused CPU kernels are active
+            (src/models/layers/config.py).
 
     Parameters: ``ema.<weight name>`` (float32, like the weights) and ``ema_num_updates``
     (int32, t, the updates done so far, restored with the checkpoint).
     """
 
-    def __init__(self, params, decay=0.99999, warmup=True):
+    def __init__(self, params, decay=0.99999, warmup=True, fused=None):
         super().__init__(auto_prefix=False)
         if not 0.0 <= decay < 1.0:
             raise ValueError(f"EMA decay must lie in [0, 1), got {decay}")
@@ -57,6 +70,11 @@ class EMA(nn.Cell):
         self.decay = float(decay)
         self.warmup = bool(warmup)
         self.hyper_map = ops.HyperMap()
+        self.update_kernel = None
+        if active_forms().fused_kernels if fused is None else fused:
+            from src.models.layers.cpu_kernels import ema_update_op
+
+            self.update_kernel = ema_update_op()
 
     def current_decay(self):
         """decay_t for the next update (a float32 scalar Tensor)."""
@@ -68,8 +86,13 @@ class EMA(nn.Cell):
 
     def construct(self):
         """One update from the current weights; call it after each optimizer update."""
-        updated = self.hyper_map(ops.partial(_ema_update, self.current_decay()),
-                                 self.averages, self.weights)
+        decay = self.current_decay()
+        if self.update_kernel is not None:
+            decays = ops.stack([decay, 1.0 - decay])
+            updated = self.hyper_map(ops.partial(_ema_update_fused, self.update_kernel, decays),
+                                     self.averages, self.weights)
+        else:
+            updated = self.hyper_map(ops.partial(_ema_update, decay), self.averages, self.weights)
         return ops.depend(ops.assign_add(self.num_updates, Tensor(1, mindspore.int32)), updated)
 
     def averages_by_name(self):

@@ -49,14 +49,18 @@ def _reference(history, decay, warmup=True):
 
 
 @pytest.mark.timeout(200)
+@pytest.mark.parametrize("kernels", ["fused_kernels", "operator_forms"])
 @pytest.mark.parametrize("warmup", [True, False])
-def test_ema_follows_deepmind_warmup_formula_over_four_optimizer_steps(mode, warmup):
+def test_ema_follows_deepmind_warmup_formula_over_four_optimizer_steps(mode, warmup, kernels, request):
+    # fused_kernels: the optimizer and the EMA update the weights in place (cpu_kernels.cc)
+    request.getfixturevalue(kernels)
     # decay 0.2: with warm-up, steps 0 and 1 use (1+t)/(10+t) = 0.1 and 0.18, steps 2 and 3
     # use 0.2 (the min switches branch); without warm-up all four use 0.2
     ema = EMA(tiny_net().get_parameters(), decay=0.2, warmup=warmup)
     assert abs(float(ema.current_decay().asnumpy()) - (0.1 if warmup else 0.2)) < 1e-7
 
     step, history = _train_recording_weights(0.2, warmup, steps=4)
+    assert (step.ema.update_kernel is not None) == (kernels == "fused_kernels")
     ours = _ema_weights(step)
     assert sorted(ours) == sorted(history[0])
     ref = _reference(history, 0.2, warmup)

@@ -469,23 +469,34 @@ extern "C" int ChannelsToNCHWBiasBackward(int nparam, void **params, int *ndims,
   return 0;
 }
 
-// The gradient SGD-AGC feeds to its momentum step (src/tools/sgd_agc.py), one pass per row:
+// One SGD-AGC step of one parameter (src/tools/sgd_agc.py), in place, one pass per unit:
 //   max_norm = clipping * max(||W_i||, eps); G_i *= max_norm / max(||G_i||, 1e-6) where ||G_i|| > max_norm;
-//   g = G + wd * W.
-// clipping <= 0 turns clipping off. params: grad (rows, k), param (rows, k), consts (3,) =
-// [clipping, eps, wd], g (rows, k).
-extern "C" int AgcDecayGradient(int nparam, void **params, int *ndims, int64_t **shapes,
-                                const char **dtypes, void *, void *) {
-  if (nparam != 4 || !all_float32(4, dtypes) || ndims[0] != 2) return 1;
+//   g = G + wd * W;  buf = momentum * buf + g;
+//   Nesterov: W = (W - lr * momentum * buf) - lr * g;  heavy ball: W = W - lr * buf.
+// The same arithmetic, in the same order, as AGC + weight decay followed by MindSpore's
+// ApplyMomentum(W, buf, lr * momentum, g, momentum) and W -= lr * g; but W and buf are written
+// where they are (the op is marked side_effect_mem), so no parameter-sized temporary exists.
+// params: grad, param, buf (any shape; rows = the first axis, or 1 when consts[3] asks for one
+// whole-tensor norm), consts (5,) = [clipping (<= 0: off), eps, wd, whole tensor (0/1),
+// Nesterov (0/1)], hyper (3,) = [lr, lr * momentum, momentum], out (1,) = 0.
+extern "C" int SgdAgcUpdate(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
+                            void *, void *) {
+  if (nparam != 6 || !all_float32(6, dtypes)) return 1;
   const float *grad = input(params, 0);
-  const float *param = input(params, 1);
-  const float *consts = input(params, 2);
+  float *param = output(params, 1);
+  float *buf = output(params, 2);
+  const float *consts = input(params, 3);
+  const float *hyper = input(params, 4);
   const float clipping = consts[0], eps = consts[1], wd = consts[2];
-  float *out = output(params, 3);
-  const int64_t rows = shapes[0][0], k = shapes[0][1];
+  const bool nesterov = consts[4] != 0.0f;
+  const float lr = hyper[0], lr_momentum = hyper[1], momentum = hyper[2];
+  const int64_t n = numel(ndims[0], shapes[0]);
+  const int64_t rows = (consts[3] != 0.0f || ndims[0] == 0) ? 1 : shapes[0][0];
+  const int64_t k = n / rows;
   parallel_for(rows, [&](int64_t r) {
     const float *gr = grad + r * k;
-    const float *pr = param + r * k;
+    float *pr = param + r * k;
+    float *br = buf + r * k;
     float factor = 1.0f;
     if (clipping > 0.0f) {
       double gsq = 0.0, psq = 0.0;
@@ -498,9 +509,40 @@ extern "C" int AgcDecayGradient(int nparam, void **params, int *ndims, int64_t *
       const float gnorm = static_cast<float>(std::sqrt(gsq));
       if (gnorm > max_norm) factor = max_norm / std::max(gnorm, 1e-6f);
     }
-    float *o = out + r * k;
-    for (int64_t j = 0; j < k; ++j) o[j] = gr[j] * factor + wd * pr[j];
+    if (nesterov) {
+      for (int64_t j = 0; j < k; ++j) {
+        const float g = gr[j] * factor + wd * pr[j];
+        const float b = br[j] * momentum + g;
+        br[j] = b;
+        pr[j] = (pr[j] - lr_momentum * b) - lr * g;
+      }
+    } else {
+      for (int64_t j = 0; j < k; ++j) {
+        const float b = br[j] * momentum + (gr[j] * factor + wd * pr[j]);
+        br[j] = b;
+        pr[j] = pr[j] - lr * b;
+      }
+    }
   });
+  output(params, 5)[0] = 0.0f;
+  return 0;
+}
+
+// The EMA update (src/trainers/ema.py) in place: average = average * decay + weight * (1 - decay).
+// params: average, weight (same shape), decay (2,) = [decay, 1 - decay], out (1,) = 0.
+extern "C" int EmaUpdate(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *,
+                         void *) {
+  if (nparam != 4 || !all_float32(4, dtypes)) return 1;
+  float *average = output(params, 0);
+  const float *weight = input(params, 1);
+  const float decay = input(params, 2)[0], rest = input(params, 2)[1];
+  const int64_t n = numel(ndims[0], shapes[0]);
+  constexpr int64_t kBlock = 1 << 14;
+  parallel_for((n + kBlock - 1) / kBlock, [&](int64_t block) {
+    const int64_t end = std::min(n, (block + 1) * kBlock);
+    for (int64_t j = block * kBlock; j < end; ++j) average[j] = average[j] * decay + weight[j] * rest;
+  });
+  output(params, 3)[0] = 0.0f;
   return 0;
 }
 

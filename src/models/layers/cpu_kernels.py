@@ -196,10 +196,27 @@ class FusedMulRows(MulRows):
         return type(self)()
 
 
-def agc_decay_gradient_op():
-    """AgcDecayGradient(grad (rows, k), param (rows, k), [clipping, eps, wd]) -> the clipped, decayed
-    gradient: adaptive gradient clipping per row plus weight decay in one pass (src/tools/sgd_agc.py)."""
-    return _custom("AgcDecayGradient", lambda g, p, c: g, lambda g, p, c: g)
+def _in_place(name):
+    """A kernel that writes its Parameter inputs where they are and returns a (1,) zero.
+
+    ``side_effect_mem`` makes MindSpore order it like ``ops.assign`` (docs: design/side_effect):
+    reads of those Parameters written before it see the old values, reads after it the new ones.
+    """
+    op = _custom(name, lambda *shapes: (1,), lambda *dtypes: dtypes[0])
+    op.add_prim_attr("side_effect_mem", True)
+    return op
+
+
+def sgd_agc_update_op():
+    """SgdAgcUpdate(grad, param, momentum buffer, consts (5,), hyper (3,)): one SGD-AGC step written
+    into param and buffer (the arithmetic of src/tools/sgd_agc.py; consts and hyper in cpu_kernels.cc)."""
+    return _in_place("SgdAgcUpdate")
+
+
+def ema_update_op():
+    """EmaUpdate(average, weight, [decay, 1 - decay]): average = average * decay + weight * (1 - decay),
+    written into average (src/trainers/ema.py)."""
+    return _in_place("EmaUpdate")
 
 
 class FusedConv2dSame(Conv2dSame):
