@@ -509,7 +509,8 @@ def drive(opt):
              f"torch {machine['torch']} / timm {machine['timm']}, {date}")
     outputs = [os.path.join(output_dir, "results.json"), os.path.join(output_dir, "results.png")]
     plot_ratios(metrics, outputs[1], title)
-    print(format_table(metrics, workers))
+    if metrics or not all(record["ok"] for record in workers.values()):
+        print(format_table(metrics, workers))
     for block in (format_rounds(workers), format_efficiency(eff, flop_count, settings),
                   curves and scaling.format_curves(curves)):
         if block:

@@ -151,7 +151,11 @@ def efficiency(workers, settings, macs_by_size):
         if limit:
             row["of_machine_limit"] = round(gflop_s / limit, 3)
         rows[key] = row
-    return {"peaks_gflop_s": peaks, "machine_limit_gflop_s": limit, "rows": rows}
+    floor = None
+    train_macs = macs_by_size.get(settings["train_size"])
+    if limit and train_macs:  # the train step if it ran entirely at the machine's matmul limit
+        floor = round(step_gflop(train_macs, settings["train_batch"], True) / limit, 3)
+    return {"peaks_gflop_s": peaks, "machine_limit_gflop_s": limit, "train_floor_step_s": floor, "rows": rows}
 
 
 def _percent(value):
@@ -171,6 +175,10 @@ def format_efficiency(eff, flops, settings):
     if any(peaks.values()):
         lines.append(f"float32 matmul peak in this run: MindSpore {peaks['ours'] or 'n/a'} GFLOP/s, PyTorch "
                      f"{peaks['timm'] or 'n/a'} GFLOP/s; the machine's limit {eff['machine_limit_gflop_s']} GFLOP/s")
+    if eff.get("train_floor_step_s"):
+        floor = eff["train_floor_step_s"]
+        lines.append(f"train step floor at that limit (b{settings['train_batch']}, {settings['train_size']}px): "
+                     f"{floor:.2f} s, {settings['train_batch'] / floor:.2f} img/s")
     if eff["rows"]:
         width = max(len(row["label"]) for row in eff["rows"].values())
         lines.append(f"{'':<{width}}  {'GFLOP':>7}  {'GFLOP/s':>8}  {'% own peak':>10}  {'% limit':>8}")

@@ -91,7 +91,7 @@ def test_efficiency_gives_gflop_s_and_the_share_of_each_framework_peak():
                "eval_timm": {"ok": False, "error": "timed out", "duration_s": 9.0, "result": None}}
     settings = dict(train_batch=8, train_size=192, eval_batch=8, eval_size=256)
     eff = efficiency(workers, settings, {192: 5e9, 256: 10e9})
-    assert eff["machine_limit_gflop_s"] == 200.0
+    assert eff["machine_limit_gflop_s"] == 200.0 and eff["train_floor_step_s"] == 1.2  # 240 GFLOP at 200 GFLOP/s
     rows = eff["rows"]
     assert set(rows) == {"train_ours", "train_timm", "eval_ours", "eval_b1_ours"}  # eval_timm failed
     assert rows["train_ours"]["step_gflop"] == 240.0 and rows["train_ours"]["gflop_s"] == 60.0  # 6 * 5e9 * 8
@@ -102,6 +102,7 @@ def test_efficiency_gives_gflop_s_and_the_share_of_each_framework_peak():
     text = format_efficiency(eff, {"macs_per_image": {"192": 5e9}, "layers": 82, "ours_equals_timm": True}, settings)
     assert "5 GMAC per image forward at 192px" in text and "the machine's limit 200.0" in text
     assert "train b8 192px, ours" in text and "38%" in text and "30%" in text
+    assert "train step floor at that limit (b8, 192px): 1.20 s, 6.67 img/s" in text
 
 
 def test_pipeline_rounds_merge_into_the_median_of_every_epoch_with_the_spread():
