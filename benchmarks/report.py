@@ -117,6 +117,11 @@ EFFICIENCY_ROWS = (
 PEAK_WORKERS = {"ours": "peak_ours", "timm": "peak_timm"}
 
 
+def significant(value, digits=4):
+    """``value`` rounded to ``digits`` significant digits (the quick run's GFLOP/s are ~0.01)."""
+    return float(f"{value:.{digits}g}")
+
+
 def _step_seconds(field, value, batch):
     return {"step_s": value, "img_s": batch / value if value else None, "b1_ms": value / 1000}[field]
 
@@ -145,16 +150,16 @@ def efficiency(workers, settings, macs_by_size):
         batch = settings[batch_key] if batch_key else 1
         gflop = step_gflop(macs, batch, train)
         gflop_s = gflop / _step_seconds(field, result[field], batch)
-        row = {"label": label.format(**settings), "step_gflop": round(gflop, 2), "gflop_s": round(gflop_s, 1)}
+        row = {"label": label.format(**settings), "step_gflop": significant(gflop), "gflop_s": significant(gflop_s)}
         if framework and peaks.get(framework):
-            row["of_framework_peak"] = round(gflop_s / peaks[framework], 3)
+            row["of_framework_peak"] = significant(gflop_s / peaks[framework])
         if limit:
-            row["of_machine_limit"] = round(gflop_s / limit, 3)
+            row["of_machine_limit"] = significant(gflop_s / limit)
         rows[key] = row
     floor = None
     train_macs = macs_by_size.get(settings["train_size"])
     if limit and train_macs:  # the train step if it ran entirely at the machine's matmul limit
-        floor = round(step_gflop(train_macs, settings["train_batch"], True) / limit, 3)
+        floor = significant(step_gflop(train_macs, settings["train_batch"], True) / limit)
     return {"peaks_gflop_s": peaks, "machine_limit_gflop_s": limit, "train_floor_step_s": floor, "rows": rows}
 
 
@@ -183,7 +188,7 @@ def format_efficiency(eff, flops, settings):
         width = max(len(row["label"]) for row in eff["rows"].values())
         lines.append(f"{'':<{width}}  {'GFLOP':>7}  {'GFLOP/s':>8}  {'% own peak':>10}  {'% limit':>8}")
         for row in eff["rows"].values():
-            lines.append(f"{row['label']:<{width}}  {row['step_gflop']:>7.1f}  {row['gflop_s']:>8.1f}  "
+            lines.append(f"{row['label']:<{width}}  {row['step_gflop']:>7.3g}  {row['gflop_s']:>8.3g}  "
                          f"{_percent(row.get('of_framework_peak')):>10}  {_percent(row.get('of_machine_limit')):>8}")
     return "\n".join(lines)
 

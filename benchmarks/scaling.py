@@ -46,15 +46,16 @@ def collect_curves(points, records, flops_by_size=None, peak_gflop_s=None):
     per image}) its train GFLOP and GFLOP/s, with ``peak_gflop_s`` the floor step time.
     """
     from benchmarks.flops import step_gflop
+    from benchmarks.report import significant
 
     curves = {"batch": [], "resolution": []}
     for sweep, batch, size in points:
         row = {"batch": batch, "size": size}
         macs = (flops_by_size or {}).get(size)
         if macs:
-            row["train_gflop"] = round(step_gflop(macs, batch, train=True), 2)
+            row["train_gflop"] = significant(step_gflop(macs, batch, train=True))
             if peak_gflop_s:
-                row["floor_step_s"] = round(row["train_gflop"] / peak_gflop_s, 3)
+                row["floor_step_s"] = significant(row["train_gflop"] / peak_gflop_s)
         for framework, _ in FRAMEWORKS:
             record = records.get(point_key(framework, batch, size))
             result = (record or {}).get("result") or {}
@@ -64,7 +65,7 @@ def collect_curves(points, records, flops_by_size=None, peak_gflop_s=None):
             entry = {"step_s": round(result["step_s"], 3), "img_s": round(result["img_s"], 3),
                      "peak_rss_mb": round(result["peak_rss_mb"]), "steps_s": result.get("steps_s")}
             if macs:
-                entry["gflop_s"] = round(row["train_gflop"] / result["step_s"], 1)
+                entry["gflop_s"] = significant(row["train_gflop"] / result["step_s"])
             row[framework] = entry
         curves[sweep].append(row)
     return curves
@@ -80,7 +81,7 @@ def format_curves(curves):
                 entry = row[framework]
                 cells.append(f"failed: {entry['error'][:60]}" if "error" in entry else
                              f"{entry['step_s']:7.2f} s ({entry['peak_rss_mb']:6.0f} MB)")
-            floor = f"   floor {row['floor_step_s']:.2f} s" if "floor_step_s" in row else ""
+            floor = f"   floor {row['floor_step_s']:.3g} s" if "floor_step_s" in row else ""
             lines.append(f"  b{row['batch']:<3} {row['size']:>4}px  {cells[0]}  |  {cells[1]}{floor}")
     return "\n".join(lines)
 
