@@ -54,7 +54,8 @@ def count_torch(model, size):
     for name, module in model.named_modules():
         if isinstance(module, torch.nn.Conv2d):
             def hook(mod, _, out, name=name):
-                layers.append((name, "conv", layer_macs(tuple(out.shape), mod.in_channels, mod.groups, mod.kernel_size)))
+                layers.append((name, "conv", layer_macs(tuple(out.shape), mod.in_channels, mod.groups,
+                                                        mod.kernel_size)))
         elif isinstance(module, torch.nn.Linear):
             def hook(mod, _, out, name=name):
                 layers.append((name, "linear", layer_macs(tuple(out.shape), mod.in_features)))

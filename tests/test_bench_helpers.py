@@ -139,7 +139,8 @@ def test_curves_hold_each_point_or_its_reason_and_are_plotted(tmp_path):
             {"step_s": 0.2 * batch, "img_s": 5.0, "peak_rss_mb": 700.0, "steps_s": [0.3, 0.2]})
     records[scaling.point_key("timm", 2, 96)] = {"ok": False, "error": "timed out after 120 s", "result": None}
     curves = scaling.collect_curves(points, records, {64: 1e7, 96: 2.25e7}, peak_gflop_s=100.0)
-    assert [row["batch"] for row in curves["batch"]] == [1, 2] and [row["size"] for row in curves["resolution"]] == [64, 96]
+    assert [row["batch"] for row in curves["batch"]] == [1, 2]
+    assert [row["size"] for row in curves["resolution"]] == [64, 96]
     first = curves["batch"][0]
     assert first["train_gflop"] == 0.06 and first["floor_step_s"] == 0.0006  # 6 * 1e7 * 1 FLOP at 100 GFLOP/s
     assert first["ours"]["gflop_s"] == pytest.approx(0.06 / 0.1, abs=0.1)
