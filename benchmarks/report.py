@@ -183,7 +183,7 @@ def format_efficiency(eff, flops, settings):
     if eff.get("train_floor_step_s"):
         floor = eff["train_floor_step_s"]
         lines.append(f"train step floor at that limit (b{settings['train_batch']}, {settings['train_size']}px): "
-                     f"{floor:.2f} s, {settings['train_batch'] / floor:.2f} img/s")
+                     f"{floor:.3g} s, {settings['train_batch'] / floor:.3g} img/s")
     if eff["rows"]:
         width = max(len(row["label"]) for row in eff["rows"].values())
         lines.append(f"{'':<{width}}  {'GFLOP':>7}  {'GFLOP/s':>8}  {'% own peak':>10}  {'% limit':>8}")

@@ -102,7 +102,7 @@ def test_efficiency_gives_gflop_s_and_the_share_of_each_framework_peak():
     text = format_efficiency(eff, {"macs_per_image": {"192": 5e9}, "layers": 82, "ours_equals_timm": True}, settings)
     assert "5 GMAC per image forward at 192px" in text and "the machine's limit 200.0" in text
     assert "train b8 192px, ours" in text and "38%" in text and "30%" in text
-    assert "train step floor at that limit (b8, 192px): 1.20 s, 6.67 img/s" in text
+    assert "train step floor at that limit (b8, 192px): 1.2 s, 6.67 img/s" in text
 
 
 def test_pipeline_rounds_merge_into_the_median_of_every_epoch_with_the_spread():
