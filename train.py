@@ -13,7 +13,8 @@ Every checkpoint carries the run's class names and evaluation transform
 (src/data/data_settings.py), so eval.py, export.py, preprocess.py and predict.py need no
 config to agree with it. Fine-tuning (--pretrained <ckpt> --finetune): train.log lists
 what was loaded and what was re-initialized. --max_steps N ends the run after N train
-steps with a checkpoint; --resume auto continues with the next epoch.
+steps with a checkpoint of the exact position, as a SIGTERM does (exit status 0); --resume
+auto continues with the next step.
 
 Exit status: 0 done (also: --resume auto of a finished run, which changes nothing); 1 training
 diverged or a rank was lost; 2 a one-line `error:` (a setting, the data, a checkpoint, a write the
@@ -32,7 +33,7 @@ USED_KEYS = tuple(key for key in SCHEMA if key not in group_keys("export"))  # l
 def add_train_args(parser):
     parser.add_argument("--max_steps", type=int, metavar="N",
                         help="end the run after N train steps in all, with a checkpoint (smoke tests, short "
-                             "fine-tunes); --resume auto continues with the next epoch")
+                             "fine-tunes); --resume auto continues with the next step")
 
 
 def main(argv=None):
@@ -144,6 +145,10 @@ def train(cfg, ctx, output_dir, stop_request=None, max_steps=None):
         check_resume(meta, resume_path, dict(steps_per_epoch=micro_steps))
     lr_schedule, peak_lr, global_batch = builders.build_lr_schedule(cfg, steps_per_epoch, ctx.group_size)
     log(f"global batch {global_batch}, peak lr {peak_lr:.6g}, {steps_per_epoch} optimizer steps per epoch")
+    if max_steps is not None and start_epoch * micro_steps + skip_steps >= max_steps:
+        log(f"nothing to do: the run is at step {start_epoch * micro_steps + skip_steps} already, --max_steps "
+            f"{max_steps} (raise --max_steps or leave it out to train further)")
+        return 0
 
     network = builders.build_network(cfg, checkpoint_path=cfg.pretrained, log_fn=log)
     loss_fn = create_loss(label_smoothing=cfg.label_smoothing, soft_targets=mixup is not None)
@@ -168,26 +173,17 @@ def train(cfg, ctx, output_dir, stop_request=None, max_steps=None):
     eval_fn = builders.build_eval_fn(cfg, ctx, train_cell, network, val_ds) if val_ds is not None else None
     callbacks = builders.build_callbacks(cfg, ctx, log, output_dir, manager, train_cell, eval_fn, micro_steps,
                                          lr_schedule, resumed=bool(resumed), stop_request=stop_request,
-                                         skip_steps=skip_steps)
-    limit = None
-    if max_steps is not None:
-        from src.tools.callbacks import ProgressLogger, StepLimit
-
-        limit = StepLimit(max_steps)
-        next(c for c in callbacks if isinstance(c, ProgressLogger)).max_steps = max_steps  # its ETA
+                                         skip_steps=skip_steps, max_steps=max_steps)
     from src.data.dataset import reported_data_errors
     from src.tools.callbacks import NonFiniteLossGuard, StopOnSignal
 
     start = time.time()
     with reported_data_errors():
-        # StepLimit first: ProgressLogger logs the step that ends the run
-        run(train_ds, [limit] + callbacks if limit else callbacks, start_epoch, rest_of_epoch)
+        run(train_ds, callbacks, start_epoch, rest_of_epoch)
     log(f"training finished in {(time.time() - start) / 60:.1f} min; steps skipped for non-finite values: "
         f"{int(train_cell.overflow_count.asnumpy())}")
     if manager.best_top1 is not None:
         log(f"best top1 {manager.best_top1:.4f}: {manager.best_path}")
-    if limit is not None and limit.reached:
-        log(f"stopped at --max_steps {max_steps}: {manager.latest_path} (--resume auto continues with the next epoch)")
     guard = next(c for c in callbacks if isinstance(c, NonFiniteLossGuard))
     if guard.stopped:
         log(guard.message)

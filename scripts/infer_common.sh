@@ -17,7 +17,7 @@ usage() {
   for name in $INFER_OPTIONS; do
     options+="[--$name=<value>] "
   done
-  echo "Usage: bash $0 ${options}[$MODEL_LABEL] [DATASET_NAME] [DATASET_PATH] [DEVICE_ID(optional)]" >&2
+  print_usage "${options}[$MODEL_LABEL] [DATASET_NAME] [DATASET_PATH] [DEVICE_ID(optional)]"
   echo "  DATASET_NAME: imagenet | digits" >&2
 }
 

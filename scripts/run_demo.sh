@@ -1,5 +1,5 @@
 #!/bin/bash
-# The README's main job (make demo), end to end on the bundled digits:
+# Runs the README's demo (make demo) end to end on the bundled digits:
 #   1. materialize scikit-learn's 8x8 digits as an ImageNet-layout folder (data/digits)
 #   2. train dm_nfnet_nano with the full pipeline (AGC, RandAugment, Mixup, cosine, EMA, eval)
 #   3. eval.py on the best checkpoint
@@ -16,7 +16,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/script_help.sh"
 show_help_if_asked "${BASH_SOURCE[0]}" "$@"
 
 if [ $# -gt 1 ]; then
-  echo "Usage: bash $0 [OUTPUT_DIR(optional)]" >&2
+  print_usage "[OUTPUT_DIR(optional)]"
   exit 1
 fi
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"

@@ -16,7 +16,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/script_help.sh"
 show_help_if_asked "${BASH_SOURCE[0]}" "$@"
 
 usage() {
-  echo "Usage: bash $0 [RANK_TABLE_FILE] [CONFIG_PATH] [--key value ...]" >&2
+  print_usage "[RANK_TABLE_FILE] [CONFIG_PATH] [--key value ...]"
   echo "  environment: SERVER_ID (index in the rank table's server_list, default 0)" >&2
 }
 if [ $# -lt 2 ]; then

@@ -15,7 +15,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/script_help.sh"
 show_help_if_asked "${BASH_SOURCE[0]}" "$@"
 
 usage() {
-  echo "Usage: bash $0 [DEVICE_NUM] [CONFIG_PATH] [--key value ...]" >&2
+  print_usage "[DEVICE_NUM] [CONFIG_PATH] [--key value ...]"
   echo "  environment: CUDA_VISIBLE_DEVICES, HOSTFILE" >&2
 }
 if [ $# -lt 2 ]; then

@@ -41,7 +41,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/script_help.sh"
 show_help_if_asked "${BASH_SOURCE[0]}" "$@"
 
 usage() {
-  echo "Usage: bash $0 [WORKER_NUM] [CONFIG_PATH] [--key value ...]" >&2
+  print_usage "[WORKER_NUM] [CONFIG_PATH] [--key value ...]"
   echo "  environment: LOCAL_WORKER_NUM, MASTER_ADDR, MASTER_PORT, NODE_RANK, CLUSTER_TIMEOUT, JOB_ID, RUN_DIR," \
     "ENTRY_SCRIPT" >&2
 }

@@ -12,7 +12,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/script_help.sh"
 show_help_if_asked "${BASH_SOURCE[0]}" "$@"
 
 usage() {
-  echo "Usage: bash $0 [CONFIG_PATH] [CHECKPOINT_PATH] [--key value ...]" >&2
+  print_usage "[CONFIG_PATH] [CHECKPOINT_PATH] [--key value ...]"
 }
 if [ $# -lt 2 ]; then
   usage

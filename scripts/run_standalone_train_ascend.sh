@@ -1,5 +1,5 @@
 #!/bin/bash
-# Trains on one Ascend device: train.py with CONFIG_PATH, --device_target Ascend --device_id DEVICE_ID
+# Trains an NFNet on one Ascend device: train.py with CONFIG_PATH, --device_target Ascend --device_id DEVICE_ID
 # and any further --key value overrides.
 #
 #   bash scripts/run_standalone_train_ascend.sh [DEVICE_ID] [CONFIG_PATH] [--key value ...]
@@ -12,7 +12,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/script_help.sh"
 show_help_if_asked "${BASH_SOURCE[0]}" "$@"
 
 usage() {
-  echo "Usage: bash $0 [DEVICE_ID] [CONFIG_PATH] [--key value ...]" >&2
+  print_usage "[DEVICE_ID] [CONFIG_PATH] [--key value ...]"
 }
 if [ $# -lt 2 ]; then
   usage

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Trains on the CPU in one process: train.py with CONFIG_PATH, --device_target CPU and any
+# Trains an NFNet on the CPU in one process: train.py with CONFIG_PATH, --device_target CPU and any
 # further --key value overrides.
 #
 #   bash scripts/run_standalone_train_cpu.sh [CONFIG_PATH] [--key value ...]
@@ -12,7 +12,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/script_help.sh"
 show_help_if_asked "${BASH_SOURCE[0]}" "$@"
 
 usage() {
-  echo "Usage: bash $0 [CONFIG_PATH] [--key value ...]" >&2
+  print_usage "[CONFIG_PATH] [--key value ...]"
 }
 if [ $# -lt 1 ]; then
   usage

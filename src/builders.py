@@ -197,23 +197,27 @@ def build_eval_fn(cfg, ctx, train_cell, network, val_dataset):
 
 
 def build_callbacks(cfg, ctx, log, output_dir, manager, train_cell, eval_fn, micro_steps, lr_schedule, resumed,
-                    stop_request=None, skip_steps=0):
-    """Resume position, progress, non-finite guard, stop on a signal (stop_request: a StopRequest), evaluation +
-    best checkpoint, unreadable-file report, periodic checkpoints, metrics CSV + curves."""
+                    stop_request=None, skip_steps=0, max_steps=None):
+    """Resume position, progress, non-finite guard, stop on a signal (stop_request: a StopRequest), stop at
+    max_steps (train.py --max_steps), evaluation + best checkpoint, unreadable-file report, periodic
+    checkpoints, metrics CSV + curves."""
     from src.tools.callbacks import (BadFileReport, CheckpointCallback, EvalCallback, NonFiniteLossGuard,
-                                     ProgressLogger, ResumePosition, StopOnSignal)
+                                     ProgressLogger, ResumePosition, StepLimit, StopOnSignal)
     from src.tools.metrics_log import MetricsCSV
 
     callbacks = [
         ResumePosition(micro_steps, skip_steps),
         ProgressLogger(cfg.log_interval, micro_steps, cfg.batch_size * ctx.group_size, lr_schedule, cfg.epochs,
-                       log_fn=log, is_main=ctx.is_main, accumulation_step=cfg.accumulation_step),
+                       log_fn=log, is_main=ctx.is_main, accumulation_step=cfg.accumulation_step, max_steps=max_steps),
         NonFiniteLossGuard(cfg.max_nonfinite_steps, checkpoint_manager=manager, log_fn=log, is_main=ctx.is_main),
     ]
+    agree = ctx.max_over_ranks if ctx.distributed else None
     if stop_request is not None:
-        callbacks.append(StopOnSignal(stop_request, manager, train_cell=train_cell,
-                                      agree=ctx.max_over_ranks if ctx.distributed else None, log_fn=log,
+        callbacks.append(StopOnSignal(stop_request, manager, train_cell=train_cell, agree=agree, log_fn=log,
                                       is_main=ctx.is_main))
+    if max_steps is not None:
+        callbacks.append(StepLimit(max_steps, manager, train_cell=train_cell, agree=agree, log_fn=log,
+                                   is_main=ctx.is_main))
     if eval_fn is not None:
         callbacks.append(EvalCallback(eval_fn, cfg.eval_interval, checkpoint_manager=manager, train_cell=train_cell,
                                       total_epochs=cfg.epochs, log_fn=log, is_main=ctx.is_main))

@@ -1,6 +1,7 @@
 """Fine-tuning, told: --max_steps, what train.log says about the pretrained weights, the README's F0 example.
 
-Real processes on the tiny digits copy (tests/conftest.py). The F0 example converts a timm
+Real processes on the tiny digits copy (tests/conftest.py); the resume check uses the reliability tests'
+small deterministic run (TINY) and tolerance. The F0 example converts a timm
 F0 (random weights: nothing is downloaded), fine-tunes it to the 10 digit classes at 64x64
 for 3 steps on CPU and evaluates it with no config: the checkpoint carries the rest.
 """
@@ -13,6 +14,8 @@ import sys
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "tests", "reliability"))
+from reliability_helpers import TINY, assert_same_training_state, checkpoint_values  # noqa: E402
 NANO = os.path.join(ROOT, "src", "configs", "dm_nfnet_nano_digits.yaml")
 F0 = os.path.join(ROOT, "src", "configs", "dm_nfnet_f0.yaml")
 
@@ -28,32 +31,41 @@ def read_log(run_dir):
         return f.read()
 
 
-@pytest.mark.timeout(900)
-def test_max_steps_ends_the_run_with_a_checkpoint_that_resume_auto_continues(tiny_digits, tmp_path):
+@pytest.mark.timeout(1200)
+def test_max_steps_stops_mid_epoch_and_resume_auto_ends_as_the_uninterrupted_run(tiny_digits, tmp_path):
+    """--max_steps 3 of 2 epochs x 7 steps: the mid-epoch checkpoint of a SIGTERM (epoch 1, 3 steps into
+    it), exit 0; --resume auto runs steps 4-7 of epoch 1, then epoch 2, and ends with the uninterrupted
+    run's training state (tests/reliability's tolerance, 1e-6)."""
     from src.data.data_settings import read_checkpoint_settings
     from src.tools.checkpointing import read_checkpoint_meta
 
-    out = str(tmp_path / "run")
-    args = ["train.py", "--config", NANO, "--device_target", "CPU", "--data_path", tiny_digits, "--output_dir", out,
-            "--batch_size", "8", "--epochs", "2", "--warmup_length", "0", "--num_parallel_workers", "1",
-            "--eval_while_train", "false"]
-    run(*args, "--max_steps", "3")
+    straight, out = str(tmp_path / "straight"), str(tmp_path / "run")
+    args = ["train.py", "--config", NANO, "--device_target", "CPU", "--data_path", tiny_digits, *TINY]
+    run(*args, "--output_dir", straight)
+    run(*args, "--output_dir", out, "--max_steps", "3")
     first = os.path.join(out, "dm_nfnet_nano-1_3.ckpt")
     assert sorted(f for f in os.listdir(out) if f.endswith(".ckpt")) == ["dm_nfnet_nano-1_3.ckpt"]
-    assert read_checkpoint_meta(first)["step_num"] == 3
-    assert f"stopped at --max_steps 3: {first}" in read_log(out)
+    meta = read_checkpoint_meta(first)
+    assert (meta["epoch_num"], meta["epoch_step"], meta["step_num"]) == (0, 3, 3)
+    stopped = read_log(out)
+    assert (f"stopped at --max_steps 3 after epoch 1 step 3/7: saved {first}; continue with --resume auto "
+            "(and a larger --max_steps, or none)") in stopped
+    assert "eval epoch" not in stopped and "saved" not in stopped.split("stopped at")[0]  # the cut epoch: no more
     record = read_checkpoint_settings(first)
     assert record["classes"] == [str(d) for d in range(10)] and record["test_input_size"] == 64
 
-    run(*args, "--resume", "auto")  # the cut epoch counts as epoch 1: epoch 2 runs in full (7 steps)
-    log = read_log(out)
-    assert f"resumed from {first}: epoch 1, step 3" in log
-    second = os.path.join(out, "dm_nfnet_nano-2_14.ckpt")
-    assert read_checkpoint_meta(second)["epoch_num"] == 2
-    import mindspore as ms
+    again = run(*args, "--output_dir", out, "--max_steps", "3", "--resume", "auto")  # the limit is reached already
+    assert "nothing to do: the run is at step 3 already, --max_steps 3" in again.stdout
+    assert sorted(f for f in os.listdir(out) if f.endswith(".ckpt")) == ["dm_nfnet_nano-1_3.ckpt"]
 
-    # the optimizer stepped 3 + 7 times: the schedule continued from the step reached
-    assert int(ms.load_checkpoint(second, choice_func=lambda n: n == "global_step")["global_step"].asnumpy()) == 10
+    run(*args, "--output_dir", out, "--resume", "auto")
+    log = read_log(out)[len(stopped):]
+    assert f"resumed from {first}: epoch 0 + 3 step(s) of epoch 1, step 3" in log
+    steps = re.findall(r"epoch (\d)/2 step (\d)/7 ", log)
+    assert steps == [("1", str(s)) for s in range(4, 8)] + [("2", str(s)) for s in range(1, 8)]
+    final = "dm_nfnet_nano-2_14.ckpt"
+    assert_same_training_state(checkpoint_values(os.path.join(straight, final)),
+                               checkpoint_values(os.path.join(out, final)))
 
 
 def test_max_steps_below_one_is_a_one_line_error(tmp_path):

@@ -1,5 +1,6 @@
 """Scripts explain themselves: -h/--help on every scripts/run_*.sh prints what it does, its arguments
-and its environment and exits 0 without creating anything; the standalone launchers stream the run
+and its environment and exits 0 without creating anything; a wrong argument prints what the script
+does (the first sentence of --help) and its usage line, exit 1; the standalone launchers stream the run
 to the console as well as to the log; the entry points' --help lists only the options they use."""
 import glob
 import os
@@ -34,6 +35,28 @@ def test_help_explains_the_script_and_creates_nothing(script, flag, tmp_path):
         assert os.listdir(tmp_path) == [], os.listdir(tmp_path)
     if "train" in script or "eval" in script:
         assert "RUN_DIR" in text and "PYTHON" in text  # the environment
+
+
+def first_sentence(help_text):
+    """What a script does: the first sentence of its --help text (up to ': ' or '. '), on one line."""
+    paragraph = " ".join(line.strip() for line in help_text.split("\n\n")[0].splitlines())
+    return re.split(r"[:.](?: |$)", paragraph, maxsplit=1)[0]
+
+
+# arguments each script refuses (run_demo.sh takes one optional argument; the others need more than none)
+WRONG_ARGS = {"run_demo.sh": ["out1", "out2"]}
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_a_wrong_argument_prints_what_the_script_does_then_its_usage(script, tmp_path):
+    purpose = first_sentence(bash(script, "--help", cwd=tmp_path, timeout=30).stdout)
+    result = bash(script, *WRONG_ARGS.get(script, []), cwd=tmp_path, timeout=30)
+    assert result.returncode == 1 and result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert lines[0] == purpose and len(purpose.split()) >= 4, result.stderr
+    assert lines[1].startswith(f"Usage: bash {os.path.join(ROOT, 'scripts', script)} ["), result.stderr
+    assert lines[1].endswith("(--help for more)")
+    assert os.listdir(tmp_path) == []
 
 
 def test_run_demo_help_does_not_train():

@@ -17,6 +17,7 @@ _EXPORTS = {
     "create_train_transform": "transforms",
     "create_eval_transform": "transforms",
     "create_dataset": "dataset",
+    "create_loader": "dataset",
     "create_mixup": "dataset",
     "read_bad_file_log": "dataset",
     "pipeline_data_error": "dataset",

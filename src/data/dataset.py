@@ -1,13 +1,12 @@
-"""Training and evaluation datasets over ImageNet-layout folders, through mindspore.dataset.
+"""The one loader: rows of a source (sources.py: image folder or MindRecord) -> mapped, batched, mixed.
 
-One image travels: ``scan_image_folder`` lists (path, class) pairs -> a sampler picks
-keys -> ``GeneratorDataset`` yields the key -> ``map`` calls a random-access source
-(TrainSource / EvalSource: ``source[key]`` loads the file with ``transforms.load_image``
-and applies the Python transform) in ``num_parallel_workers`` worker processes ->
-``batch`` -> (training) Mixup/CutMix per batch. Why the work runs in ``map`` rather than
-in GeneratorDataset's own workers: see the measurements below. With DeepMind's mix scheme
-(a mixup whose ``mixes_pairs`` is true, src/data/augment/deepmind_mix.py) each row is an image
-pair, drawn from two independent shuffles, and the batch step mixes, augments and normalizes.
+One image travels: the source's dataset yields a row (a sampler's key, or a MindRecord row)
+-> ``map`` reads it into a decoded image (the source's ``read``) and applies the Python
+transform with the sample's own random generator, in ``num_parallel_workers`` worker
+processes -> ``batch`` -> (training) Mixup/CutMix per batch. Why the work runs in ``map``
+rather than in GeneratorDataset's own workers: see the measurements below. With DeepMind's mix
+scheme (a mixup whose ``mixes_pairs`` is true, src/data/augment/deepmind_mix.py) each row is an
+image pair, drawn from two independent shuffles, and the batch step mixes, augments and normalizes.
 
 Columns:
     training:   image float32 (B, 3, H, W); label int32 (B,), or float32 (B, num_classes)
@@ -16,50 +15,30 @@ Columns:
                 ``valid`` is 0 for padding rows and for unreadable files, 1 otherwise:
                 a metric that counts only valid rows scores every readable image of the
                 split exactly once, with or without sharding and whatever the batch size.
+Sharding and unreadable files: see sources.py.
 
-Sharding. Training: every rank draws the same per-epoch permutation (from ``seed``
-and the epoch) and takes every ``num_shards``-th entry starting at ``shard_id``;
-the permutation is wrapped around so all ranks run the same number of steps.
-Evaluation: rank r takes images r, r + S, r + 2S, ... in file order, and every shard is
-padded with ``valid = 0`` rows to whole batches of ceil(N / S) rows or more: all batches
-have one shape, so the evaluation graph is compiled once (a last partial batch recompiled
-it: 7 s of a 20 s nano evaluation on 2 cores, measured).
+Randomness. Every training sample gets its own ``np.random.RandomState`` seeded from
+(seed, epoch, index) (augment/random_state.py ``sample_rng``), passed to the transform's
+``rng``; every Mixup/CutMix batch one seeded from (seed, epoch, batch, 2**31), the last word
+keeping the two apart. No global random state is seeded or read, so a sample's augmentation is
+a pure function of those words: the same with any number of worker processes or threads, in
+any timing, different between epochs, and a run resumed at ``start_epoch`` (or in the middle
+of an epoch, ``skip_batches``) redraws what the uninterrupted run drew. The order of the rows
+is the source's (a folder's: seeded by (seed, epoch); a MindRecord's: MindDataset's shuffle).
 
-Randomness. The training sampler's key is ``epoch * N + index``; the source seeds
-NumPy's and Python's global random state from (seed, epoch, index) for that one
-sample and restores it afterwards. Augmentations are thus the same whichever
-worker (process or thread) runs them and however many there are, differ between
-workers and epochs, and a run resumed at ``start_epoch`` redraws what the
-uninterrupted run drew (exactly so with process workers or a single worker;
-concurrent threads share the global state). Mixup is seeded per batch the same way.
-
-Unreadable files (empty, truncated, corrupt, not an image) are found when loaded:
-no up-front pass over 1.28M files is made. With ``strict_data`` the pipeline fails
-on the first one with an UnreadableImageError naming it (MindSpore wraps it in a
-RuntimeError; ``pipeline_data_error`` recovers the one-line message). Otherwise the file is reported once per worker
-(a log warning, and a line appended to ``bad_file_log`` when given, so the main
-process can count them: ``read_bad_file_log``); a training sample is replaced by the
-next readable one in file order, an evaluation row is kept with ``valid = 0``.
+Errors: with ``strict_data`` an unreadable image fails the pipeline; MindSpore wraps the
+worker's error in a RuntimeError, and ``pipeline_data_error`` recovers the one-line message.
 """
 import contextlib
-import logging
-import math
 import os
-import random
 import re
-import threading
 
 import numpy as np
-import mindspore.dataset as ds
 
+from .augment.random_state import call_step, sample_rng, takes_rng
 from .folder import DatasetError, IMG_EXTENSIONS, check_dataset_layout, scan_image_folder  # noqa: F401 (re-export)
+from .sources import FolderSource, MindRecordSource, read_bad_file_log  # noqa: F401 (re-export)
 from .to_mindrecord import is_mindrecord_split, mindrecord_files, read_classes
-from .transforms import UnreadableImageError, load_image
-
-_logger = logging.getLogger(__name__)
-
-# Consecutive unreadable files tolerated while looking for a substitute sample.
-MAX_CONSECUTIVE_BAD = 32
 
 # Where the Python work runs. GeneratorDataset's own workers (source with the transform,
 # num_parallel_workers=2) poll their result queues with 100 ms sleeps, which capped them
@@ -74,43 +53,10 @@ MAX_CONSECUTIVE_BAD = 32
 #   map() workers (create_dataset):
 #     64x64 PNG -> 56                 1,098        1,686       1,127
 #     256x256 JPEG -> 192               229          416         290
-# Processes win and are the default; they also keep the per-sample random draws exact
-# (threads share the global random state).
+# Processes win and are the default (threads give the same samples, slower: the GIL).
 DEFAULT_PYTHON_MULTIPROCESSING = True
-
-
-class _seeded_random_state:
-    """Context manager: seed NumPy's and Python's global RNGs from ``words``, restore them on exit.
-
-    Holds a lock meanwhile: the per-sample map and the per-batch Mixup run in different
-    pipeline threads of one process when there are no worker processes, and without the
-    lock each would reseed the other's global state mid-draw (measured: two runs with the
-    same seed then trained on different augmentations).
-    """
-
-    _lock = threading.RLock()
-
-    def __init__(self, *words):
-        self.state = np.random.SeedSequence([int(w) for w in words]).generate_state(2)
-
-    def __enter__(self):
-        self._lock.acquire()
-        self.saved = (np.random.get_state(), random.getstate())
-        np.random.seed(int(self.state[0]))
-        random.seed(int(self.state[0]) << 32 | int(self.state[1]))
-
-    def __exit__(self, *exc):
-        np.random.set_state(self.saved[0])
-        random.setstate(self.saved[1])
-        self._lock.release()
-
-
-def read_bad_file_log(path):
-    """Sorted unique paths written to a ``bad_file_log`` by any worker (empty when none / no file)."""
-    if not path or not os.path.exists(path):
-        return []
-    with open(path, encoding="utf-8") as f:
-        return sorted({line.split("\t", 1)[0] for line in f if line.strip()})
+# Mixup/CutMix draws per batch from (seed, epoch, batch, MIX_STREAM): apart from the per-sample draws.
+MIX_STREAM = 2 ** 31
 
 
 _WRAPPED_DATA_ERROR = re.compile(r"\b(?:UnreadableImageError|DatasetError): (?!Traceback)(.+)")
@@ -141,213 +87,61 @@ def pipeline_data_error(exc):
     return found[-1].strip() if found else None
 
 
-class _ImageFolderSource:
-    """Loads samples by index, substituting readable neighbours for unreadable files (see module doc)."""
+class LoadAndTransform:
+    """``map`` of the loader: a source's row -> transformed image(s), label(s)[, valid].
 
-    def __init__(self, samples, transform, strict_data=False, bad_file_log=None):
-        self.samples = list(samples)
+    Each sample's image goes through ``transform`` with a generator seeded from (seed, *words)
+    when ``seed`` is not None (training); evaluation draws nothing and builds none.
+    """
+
+    def __init__(self, read, transform, seed=None, with_valid=False):
+        self.read = read
         self.transform = transform
-        self.strict_data = strict_data
-        self.bad_file_log = bad_file_log
-        self._reported = set()  # per process: report each bad file once
-
-    def _report(self, err):
-        if err.path in self._reported:
-            return
-        self._reported.add(err.path)
-        _logger.warning("skipping %s", err)
-        if self.bad_file_log:
-            with open(self.bad_file_log, "a", encoding="utf-8") as f:  # short O_APPEND lines: atomic
-                f.write(f"{err.path}\t{str(err).splitlines()[0]}\n")
-
-    def load(self, index):
-        """``(image, label, readable)``: image of sample ``index`` or of the next readable one."""
-        n = len(self.samples)
-        for step in range(min(n, MAX_CONSECUTIVE_BAD)):
-            path, label = self.samples[(index + step) % n]
-            try:
-                image = load_image(path)
-            except UnreadableImageError as err:
-                if self.strict_data:
-                    raise
-                self._report(err)
-                continue
-            return image, label, step == 0
-        raise DatasetError(f"{min(n, MAX_CONSECUTIVE_BAD)} consecutive unreadable images from "
-                           f"{self.samples[index][0]}")
-
-
-class _Keys:
-    """What GeneratorDataset itself yields: the sampler's key, as a one-column row."""
-
-    def __init__(self, length):
-        self.length = length
-
-    def __len__(self):
-        return self.length
-
-    def __getitem__(self, key):
-        return (np.int64(key),)
-
-
-class TrainSource(_ImageFolderSource):
-    """Random-access training source: key ``epoch * N + index`` -> (image, label int32)."""
-
-    def __init__(self, samples, transform, seed=0, strict_data=False, bad_file_log=None):
-        super().__init__(samples, transform, strict_data, bad_file_log)
         self.seed = seed
+        self.with_valid = with_valid
+        self.random = seed is not None and takes_rng(transform)
 
-    def __len__(self):
-        return len(self.samples)
+    def _transform(self, sample):
+        rng = sample_rng(self.seed, *sample.words) if self.random else None
+        return call_step(self.transform, sample.image, rng, self.random)
 
-    def __call__(self, key):
-        return self[int(key)]
-
-    def __getitem__(self, key):
-        epoch, index = divmod(int(key), len(self.samples))
-        with _seeded_random_state(self.seed, epoch, index):
-            image, label, _ = self.load(index)
-            return self.transform(image), np.int32(label)
+    def __call__(self, *row):
+        samples = self.read(*row)
+        out = [self._transform(s) for s in samples] + [np.int32(s.label) for s in samples]
+        if self.with_valid:
+            out.append(np.int32(all(s.valid for s in samples)))
+        return tuple(out)
 
 
-class PairTrainSource(TrainSource):
-    """Training source of image pairs: key ``(epoch * N + a) * N + b`` -> (image a, image b, label a, label b).
+class MixBatch:
+    """``per_batch_map`` of the training batch: stacks it and applies ``mixup`` with the batch's own generator.
 
-    Image a draws its augmentation from (seed, epoch, a), image b from (seed, epoch, b, 1).
+    (images, labels) -> (images, soft targets). ``skip_batches``: batches of each epoch left out before the
+    first (see EpochShardSampler's skip), so a resumed epoch's batches keep their numbers.
     """
-
-    def __getitem__(self, key):
-        n = len(self.samples)
-        rest, b = divmod(int(key), n)
-        epoch, a = divmod(rest, n)
-        with _seeded_random_state(self.seed, epoch, a):
-            image_a, label_a, _ = self.load(a)
-            image_a = self.transform(image_a)
-        with _seeded_random_state(self.seed, epoch, b, 1):
-            image_b, label_b, _ = self.load(b)
-            image_b = self.transform(image_b)
-        return image_a, image_b, np.int32(label_a), np.int32(label_b)
-
-
-class EvalSource(_ImageFolderSource):
-    """Random-access evaluation source for shard ``shard_id`` of ``num_shards``: (image, label, valid).
-
-    Row i is image ``shard_id + i * num_shards``; rows past the end of the split
-    (padding every shard to whole batches of at least ceil(N / num_shards) rows) and
-    unreadable files carry a readable stand-in image with valid = 0.
-    """
-
-    def __init__(self, samples, transform, num_shards=1, shard_id=0, strict_data=False, bad_file_log=None,
-                 batch_size=1):
-        super().__init__(samples, transform, strict_data, bad_file_log)
-        self.num_shards = num_shards
-        self.shard_id = shard_id
-        self.batch_size = batch_size
-
-    def __len__(self):
-        return _padded_rows(len(self.samples), self.num_shards, self.batch_size)
-
-    def __call__(self, row):
-        return self[int(row)]
-
-    def __getitem__(self, row):
-        index = self.shard_id + int(row) * self.num_shards
-        in_split = index < len(self.samples)
-        image, label, readable = self.load(index % len(self.samples))
-        return self.transform(image), np.int32(label), np.int32(in_split and readable)
-
-
-def _padded_rows(total, num_shards, batch_size):
-    """Rows per evaluation shard: ceil(total / num_shards), rounded up to whole batches."""
-    return math.ceil(math.ceil(total / num_shards) / batch_size) * batch_size
-
-
-class EpochShardSampler(ds.Sampler):
-    """Per-epoch shuffled (or ordered) shard of ``range(num_items)``, yielded as ``epoch * num_items + index``.
-
-    Each ``__iter__`` call is one epoch, counted from ``start_epoch``. The order is a
-    permutation seeded by (seed, epoch), identical on every rank; it is wrapped
-    around to a multiple of ``num_shards`` so every shard has ceil(N / num_shards) items.
-    ``skip`` leaves out the first items of every epoch's shard: a sampler for the rest of an
-    epoch that a stopped run had begun (MindSpore fixes the item count per pass, so that
-    rest is a pipeline of its own).
-
-    With ``pairs`` each item is a pair (a, b) of indices from two independent permutations,
-    yielded as ``(epoch * num_items + a) * num_items + b`` (see PairTrainSource).
-    """
-
-    def __init__(self, num_items, num_shards=1, shard_id=0, shuffle=True, seed=0, start_epoch=0, pairs=False,
-                 skip=0):
-        self.num_items = num_items
-        self.pairs = pairs
-        self.num_shards = num_shards
-        self.shard_id = shard_id
-        self.shuffle = shuffle
-        self.seed = seed
-        self.epoch = start_epoch
-        self.skip = int(skip)
-        super().__init__()
-
-    def __len__(self):
-        return math.ceil(self.num_items / self.num_shards) - self.skip
-
-    def epoch_indices(self, epoch, stream=0):
-        """This shard's indices of ``epoch``; ``stream`` 1 is the second, independent permutation of pairs."""
-        words = [self.seed, epoch] + ([stream] if stream else [])
-        if self.shuffle:
-            order = np.random.default_rng(words).permutation(self.num_items)
-        else:  # unshuffled pairs take image i with image i + N/2, never with itself
-            order = np.roll(np.arange(self.num_items), -(self.num_items // 2) if stream else 0)
-        order = np.resize(order, math.ceil(self.num_items / self.num_shards) * self.num_shards)  # wraps around
-        return order[self.shard_id::self.num_shards]
-
-    def __iter__(self):
-        epoch = self.epoch
-        self.epoch += 1
-        offset = epoch * self.num_items
-        first = self.epoch_indices(epoch)[self.skip:]
-        if not self.pairs:
-            return iter([offset + int(i) for i in first])
-        second = self.epoch_indices(epoch, stream=1)[self.skip:]
-        return iter([(offset + int(a)) * self.num_items + int(b) for a, b in zip(first, second)])
-
-
-class MixupBatch:
-    """``per_batch_map`` of the training batch: stacks the batch and applies ``mixup``, seeded per batch."""
 
     def __init__(self, mixup, seed=0, start_epoch=0, skip_batches=0):
         self.mixup = mixup
         self.seed = seed
         self.start_epoch = start_epoch
-        self.skip_batches = skip_batches  # batches of each epoch left out (see EpochShardSampler's skip)
+        self.skip_batches = skip_batches
+        self.random = takes_rng(mixup)
 
-    def __call__(self, images, labels, batch_info):
-        x = np.stack(images).astype(np.float32, copy=False)
-        y = np.asarray(labels, dtype=np.int64)
+    def __call__(self, images, labels, batch_info):  # MindSpore checks the arguments against the columns
+        return self.mix(batch_info, np.stack(images).astype(np.float32, copy=False), np.asarray(labels, np.int64))
+
+    def mix(self, batch_info, *batch):
         epoch = self.start_epoch + batch_info.get_epoch_num()
-        # the 2**31 word keeps mixup draws apart from the per-sample draws of the same epoch
-        with _seeded_random_state(self.seed, epoch, self.skip_batches + batch_info.get_batch_num(), 2 ** 31):
-            x, targets = self.mixup(x, y)
-        x = np.asarray(x, dtype=np.float32)
-        targets = np.asarray(targets, dtype=np.float32)
-        return list(x), list(targets)
+        rng = sample_rng(self.seed, epoch, self.skip_batches + batch_info.get_batch_num(), MIX_STREAM)
+        x, targets = self.mixup(*batch, rng=rng) if self.random else self.mixup(*batch)
+        return list(np.asarray(x, dtype=np.float32)), list(np.asarray(targets, dtype=np.float32))
 
 
-class MixPairsBatch:
-    """``per_batch_map`` of DeepMind's mix scheme: (images, mix_images, labels, mix_labels) -> (images, targets),
-    seeded per batch like MixupBatch."""
-
-    def __init__(self, mix, seed=0, start_epoch=0, skip_batches=0):
-        self.mix = mix
-        self.seed = seed
-        self.start_epoch = start_epoch
-        self.skip_batches = skip_batches  # batches of each epoch left out (see EpochShardSampler's skip)
+class MixPairsBatch(MixBatch):
+    """MixBatch of DeepMind's mix scheme: (images, mix_images, labels, mix_labels) -> (images, targets)."""
 
     def __call__(self, images, mix_images, labels, mix_labels, batch_info):
-        epoch = self.start_epoch + batch_info.get_epoch_num()
-        with _seeded_random_state(self.seed, epoch, self.skip_batches + batch_info.get_batch_num(), 2 ** 31):
-            x, targets = self.mix(np.stack(images), np.stack(mix_images), np.asarray(labels), np.asarray(mix_labels))
-        return list(np.asarray(x, dtype=np.float32)), list(np.asarray(targets, dtype=np.float32))
+        return self.mix(batch_info, np.stack(images), np.stack(mix_images), np.asarray(labels), np.asarray(mix_labels))
 
 
 def create_mixup(mix_up=0.0, cutmix=0.0, cutmix_minmax=None, mixup_prob=1.0, switch_prob=0.5,
@@ -387,13 +181,13 @@ def create_dataset(data_path, split, is_training, batch_size, transform, num_par
         is_training: training pipeline (shuffled, drops the last partial batch, optional mixup)
             or evaluation pipeline (file order, never drops or repeats an image, ``valid`` column).
         batch_size: images per batch on this rank.
-        transform: ``(PIL RGB image) -> float32 CHW array``, e.g. create_train_transform(...).
+        transform: ``(PIL RGB image[, rng]) -> float32 CHW array``, e.g. create_train_transform(...).
         num_parallel_workers: workers that load and transform images (1 = in the pipeline thread).
         shuffle: reshuffle every epoch; default ``is_training``.
         num_shards, shard_id: this rank's shard when distributed (both or neither).
         drop_remainder: training only (default True); evaluation never drops.
-        seed: seed of the shuffle order and of the per-sample / per-batch random draws.
-        mixup: batch-level callable ``(x_nchw, int_labels) -> (x, soft_targets)`` (see create_mixup);
+        seed: seed of the shuffle order (image folders) and of the per-sample / per-batch random draws.
+        mixup: batch-level callable ``(x_nchw, int_labels[, rng]) -> (x, soft_targets)`` (see create_mixup);
             training only.
         strict_data: fail on the first unreadable file instead of skipping it.
         start_epoch: epoch the pipeline's first pass counts as (resume), for the shuffle and the draws.
@@ -415,62 +209,65 @@ def create_dataset(data_path, split, is_training, batch_size, transform, num_par
         raise ValueError("evaluation never drops images: drop_remainder must be False/None")
     if not is_training and mixup is not None:
         raise ValueError("mixup applies to training only")
-    workers = max(1, int(num_parallel_workers))
-    if is_mindrecord_split(data_path, split):
+    source = _open_source(data_path, split, class_names, strict_data, bad_file_log)
+    loader = dict(workers=max(1, int(num_parallel_workers)), python_multiprocessing=python_multiprocessing)
+    if not is_training:
+        return create_loader(source.eval_rows(num_shards, shard_id, batch_size), transform, batch_size, **loader)
+    shuffle = True if shuffle is None else shuffle
+    pairs = getattr(mixup, "mixes_pairs", False)
+    if isinstance(source, MindRecordSource):
         if skip_batches:
             raise DatasetError(f"{data_path}: a MindRecord split cannot resume in the middle of an epoch")
+        if pairs:
+            raise DatasetError(f"{data_path}: MindRecord training data does not support mix_scheme deepmind "
+                               f"(image pairs); use the image folder")
+        rows = source.train_rows(num_shards, shard_id, shuffle, start_epoch)
+    else:
+        rows = source.train_rows(num_shards, shard_id, shuffle, seed, start_epoch, pairs, skip_batches * batch_size)
+    return create_loader(rows, transform, batch_size, seed=seed, mixup=mixup, start_epoch=start_epoch,
+                         skip_batches=skip_batches, drop_remainder=True if drop_remainder is None else drop_remainder,
+                         **loader)
+
+
+def _open_source(data_path, split, class_names, strict_data, bad_file_log):
+    """The split's source: its MindRecord files when converted (classes checked against ``class_names``),
+    else its folder."""
+    if is_mindrecord_split(data_path, split):
         stored = read_classes(data_path, split)
         if class_names is not None and list(stored) != list(class_names):
             raise DatasetError(f"{os.path.join(data_path, split)}: its classes ({len(stored)}) are not the model's "
                                f"({len(class_names)}) in the same order; convert the image folder again")
-        if is_training and getattr(mixup, "mixes_pairs", False):
-            raise DatasetError(f"{data_path}: MindRecord training data does not support mix_scheme deepmind "
-                               f"(image pairs); use the image folder")
-        return _create_mindrecord_dataset(mindrecord_files(data_path, split), is_training, batch_size, transform,
-                                          workers, shuffle, num_shards, shard_id, drop_remainder, mixup, seed,
-                                          start_epoch, python_multiprocessing)
+        return MindRecordSource(mindrecord_files(data_path, split))
     split_dir = os.path.join(data_path, split)
-    samples, _ = scan_image_folder(split_dir, class_names)
+    return FolderSource(scan_image_folder(split_dir, class_names)[0], split_dir, strict_data, bad_file_log)
 
-    def load_in_workers(source, columns, **sampling):
-        return _load_in_workers(source, columns, workers, python_multiprocessing, **sampling)
 
-    if not is_training:
-        source = EvalSource(samples, transform, num_shards, shard_id, strict_data, bad_file_log, batch_size)
-        dataset = load_in_workers(source, ["image", "label", "valid"], shuffle=False)
-        return dataset.batch(batch_size, drop_remainder=False)
+def create_loader(rows, transform, batch_size, seed=None, mixup=None, start_epoch=0, skip_batches=0,
+                  drop_remainder=False, workers=2, python_multiprocessing=DEFAULT_PYTHON_MULTIPROCESSING):
+    """Map a source's ``rows`` (sources.Rows) through ``transform``, batch them and mix each batch.
 
-    shuffle = True if shuffle is None else shuffle
-    drop_remainder = True if drop_remainder is None else drop_remainder
+    ``seed`` None: evaluation (columns image, label, valid; no random draws, never drops); else training
+    (image, label), each sample transformed with its own generator and each batch mixed by ``mixup``.
+    """
+    training = seed is not None
     pairs = getattr(mixup, "mixes_pairs", False)
-    sampler = EpochShardSampler(len(samples), num_shards, shard_id, shuffle, seed, start_epoch, pairs=pairs,
-                                skip=skip_batches * batch_size)
-    if drop_remainder and len(sampler) < batch_size:
-        raise DatasetError(f"{split_dir}: {len(sampler)} images per shard, fewer than one batch of {batch_size}")
-    if pairs:
-        columns = ["image", "mix_image", "label", "mix_label"]
-        source = PairTrainSource(samples, transform, seed, strict_data, bad_file_log)
-        dataset = load_in_workers(source, columns, sampler=sampler)
-        # the batch step augments every image: worker processes run it in parallel, threads one at a time
-        return dataset.batch(batch_size, drop_remainder=drop_remainder, num_parallel_workers=workers,
-                             python_multiprocessing=python_multiprocessing and workers > 1,
-                             input_columns=columns, output_columns=["image", "label"],
-                             per_batch_map=MixPairsBatch(mixup, seed, start_epoch, skip_batches))
-    source = TrainSource(samples, transform, seed, strict_data, bad_file_log)
-    dataset = load_in_workers(source, ["image", "label"], sampler=sampler)
+    columns = ["image", "mix_image", "label", "mix_label"] if pairs else ["image", "label"]
+    if not training:
+        columns.append("valid")
+    if drop_remainder and rows.size < batch_size:
+        raise DatasetError(f"{rows.name}: {rows.size} images per shard, fewer than one batch of {batch_size}")
+    multiprocessing = python_multiprocessing and workers > 1
+    dataset = rows.dataset.map(LoadAndTransform(rows.read, transform, seed, with_valid=not training),
+                               input_columns=rows.columns, output_columns=columns, num_parallel_workers=workers,
+                               python_multiprocessing=multiprocessing)
     if mixup is None:
         return dataset.batch(batch_size, drop_remainder=drop_remainder)
-    # one batch worker: the per-batch seeding of the global random state must not interleave
-    return dataset.batch(batch_size, drop_remainder=drop_remainder, num_parallel_workers=1,
-                         input_columns=["image", "label"], output_columns=["image", "label"],
-                         per_batch_map=MixupBatch(mixup, seed, start_epoch, skip_batches))
-
-
-def _load_in_workers(source, columns, workers, python_multiprocessing, **sampling):
-    """GeneratorDataset of the sampler's keys, mapped through `source` in `workers` workers (see the module doc)."""
-    keys = ds.GeneratorDataset(_Keys(len(source)), ["key"], **sampling)
-    return keys.map(source, input_columns=["key"], output_columns=columns, num_parallel_workers=workers,
-                    python_multiprocessing=python_multiprocessing and workers > 1)
+    # pairs: the batch step augments every image, so it runs in the workers; Mixup alone is cheap
+    return dataset.batch(batch_size, drop_remainder=drop_remainder, num_parallel_workers=workers if pairs else 1,
+                         python_multiprocessing=multiprocessing and pairs, input_columns=columns,
+                         output_columns=["image", "label"],
+                         per_batch_map=(MixPairsBatch if pairs else MixBatch)(mixup, seed, start_epoch,
+                                                                              skip_batches))
 
 
 def create_file_dataset(paths, batch_size, transform, num_parallel_workers=2, strict_data=False, bad_file_log=None,
@@ -482,66 +279,7 @@ def create_file_dataset(paths, batch_size, transform, num_parallel_workers=2, st
     """
     if not paths:
         raise DatasetError("no images to read")
-    source = EvalSource([(path, i) for i, path in enumerate(paths)], transform, strict_data=strict_data,
-                        bad_file_log=bad_file_log)
-    dataset = _load_in_workers(source, ["image", "index", "valid"], max(1, int(num_parallel_workers)),
-                               python_multiprocessing, shuffle=False)
-    return dataset.batch(batch_size, drop_remainder=False)
-
-
-class MindRecordDecode:
-    """``map`` of a MindRecord split: (encoded bytes, label, index) -> transformed image, label[, valid].
-
-    ``index`` is the row's position in the converted folder (-1 for evaluation padding rows,
-    which get valid = 0). Training augmentations draw from the worker's random state (the
-    shuffle is MindDataset's, seeded by mindspore.dataset's seed), not per (seed, epoch, index).
-    """
-
-    def __init__(self, transform, with_valid):
-        self.transform = transform
-        self.with_valid = with_valid
-
-    def __call__(self, image, label, index):
-        import io
-
-        try:
-            decoded = load_image(io.BytesIO(np.asarray(image).tobytes()))
-        except UnreadableImageError as err:
-            raise DatasetError(f"unreadable image in MindRecord row {int(index)}: {err}") from err
-        out = (self.transform(decoded), np.int32(label))
-        return out + (np.int32(int(index) >= 0),) if self.with_valid else out
-
-
-def _create_mindrecord_dataset(files, is_training, batch_size, transform, workers, shuffle, num_shards, shard_id,
-                               drop_remainder, mixup, seed, start_epoch, python_multiprocessing):
-    """create_dataset over MindRecord files (see src/data/to_mindrecord.py): same columns, same sharding contract."""
-    columns = ["image", "label", "index"]
-    total = ds.MindDataset(files, columns_list=columns, shuffle=False).get_dataset_size()
-    sharding = dict(num_shards=num_shards, shard_id=shard_id) if num_shards > 1 else {}
-    multiprocessing = python_multiprocessing and workers > 1
-    if not is_training:
-        padding = num_shards * _padded_rows(total, num_shards, batch_size) - total
-        if padding:
-            first = next(ds.MindDataset(files, columns_list=columns, shuffle=False).create_dict_iterator(
-                num_epochs=1, output_numpy=True))
-            sharding.update(num_shards=num_shards, shard_id=shard_id, num_padded=padding,
-                            padded_sample={"image": first["image"].tobytes(), "label": 0, "index": -1})
-        dataset = ds.MindDataset(files, columns_list=columns, shuffle=False, **sharding)
-        dataset = dataset.map(MindRecordDecode(transform, with_valid=True), input_columns=columns,
-                              output_columns=["image", "label", "valid"], num_parallel_workers=workers,
-                              python_multiprocessing=multiprocessing)
-        return dataset.batch(batch_size, drop_remainder=False)
-    shuffle = True if shuffle is None else shuffle
-    drop_remainder = True if drop_remainder is None else drop_remainder
-    if drop_remainder and math.ceil(total / num_shards) < batch_size:
-        raise DatasetError(f"{files[0]}: {math.ceil(total / num_shards)} images per shard, fewer than one batch "
-                           f"of {batch_size}")
-    dataset = ds.MindDataset(files, columns_list=columns, shuffle=shuffle, **sharding)
-    dataset = dataset.map(MindRecordDecode(transform, with_valid=False), input_columns=columns,
-                          output_columns=["image", "label"], num_parallel_workers=workers,
-                          python_multiprocessing=multiprocessing)
-    if mixup is None:
-        return dataset.batch(batch_size, drop_remainder=drop_remainder)
-    return dataset.batch(batch_size, drop_remainder=drop_remainder, num_parallel_workers=1,
-                         input_columns=["image", "label"], output_columns=["image", "label"],
-                         per_batch_map=MixupBatch(mixup, seed, start_epoch))
+    source = FolderSource([(path, i) for i, path in enumerate(paths)], paths[0], strict_data, bad_file_log)
+    dataset = create_loader(source.eval_rows(), transform, batch_size, workers=max(1, int(num_parallel_workers)),
+                            python_multiprocessing=python_multiprocessing)
+    return dataset.rename(["label"], ["index"])

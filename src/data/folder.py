@@ -113,7 +113,7 @@ def scan_image_folder(split_dir, class_names=None, skipped=None):
     ``class_names`` (a checkpoint's classes, in label order) the index is the folder's
     position in that list instead; the folders may be any subset of it.
     Only names ending in one of ``IMG_EXTENSIONS`` (any case) are images; whether
-    they decode is checked when they are loaded (see ``dataset.ImageFolderSource``).
+    they decode is checked when they are loaded (see ``sources.FolderSource``).
 
     Entries that are not listed (see ``_list_images``: loops, duplicates, broken links,
     unreadable files and folders, non-images) are appended to ``skipped`` as (path, reason).

@@ -6,14 +6,16 @@ through exactly the same arithmetic in training, in eval.py, in evaluation
 during training and in preprocess.py. Both factories return a callable
 ``(PIL.Image) -> np.ndarray`` float32 CHW, normalized by ``mean`` / ``std``.
 
-Random draws (crop, flip, and the augment package) come from NumPy's global
-random state, which the dataset source re-seeds per sample (see dataset.py).
+Random steps (crop, flip, and the augment package) take an ``rng`` (np.random.RandomState)
+when called; ``Compose`` passes its own call's ``rng`` to them. The pipeline gives every sample
+its own generator, seeded from (seed, epoch, index) (see augment/random_state.py, dataset.py).
 """
 import math
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
+from .augment.random_state import call_step, resolve_rng, takes_rng
 from .folder import DatasetError
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -148,7 +150,7 @@ class RandomResizedCrop:
     center crop with the aspect ratio clamped to ``ratio`` (the whole image when it fits).
     """
 
-    def __init__(self, size, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), interpolation="bicubic"):
+    def __init__(self, size, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), interpolation="bicubic", rng=None):
         if scale[0] > scale[1] or ratio[0] > ratio[1]:
             raise ValueError(f"scale {scale} and ratio {ratio} must be (min, max)")
         self.size = size
@@ -156,18 +158,20 @@ class RandomResizedCrop:
         self.ratio = ratio
         self.interpolation = interpolation
         self.resample = None if interpolation == "random" else pil_interpolation(interpolation)
+        self.rng = rng
 
-    def get_params(self, width, height):
+    def get_params(self, width, height, rng=None):
         """Crop box (top, left, crop_height, crop_width) for an image of ``width`` x ``height``."""
+        rng = resolve_rng(rng, self.rng)
         area = width * height
         log_ratio = (math.log(self.ratio[0]), math.log(self.ratio[1]))
         for _ in range(10):
-            target_area = np.random.uniform(*self.scale) * area
-            aspect = math.exp(np.random.uniform(*log_ratio))
+            target_area = rng.uniform(*self.scale) * area
+            aspect = math.exp(rng.uniform(*log_ratio))
             w = int(round(math.sqrt(target_area * aspect)))
             h = int(round(math.sqrt(target_area / aspect)))
             if 0 < w <= width and 0 < h <= height:
-                return np.random.randint(0, height - h + 1), np.random.randint(0, width - w + 1), h, w
+                return rng.randint(0, height - h + 1), rng.randint(0, width - w + 1), h, w
         in_ratio = width / height
         if in_ratio < self.ratio[0]:
             w, h = width, int(round(width / self.ratio[0]))
@@ -177,33 +181,37 @@ class RandomResizedCrop:
             w, h = width, height
         return (height - h) // 2, (width - w) // 2, h, w
 
-    def __call__(self, img):
-        top, left, h, w = self.get_params(img.width, img.height)
+    def __call__(self, img, rng=None):
+        rng = resolve_rng(rng, self.rng)
+        top, left, h, w = self.get_params(img.width, img.height, rng)
         resample = self.resample
         if resample is None:
-            resample = _RANDOM_INTERPOLATIONS[np.random.randint(len(_RANDOM_INTERPOLATIONS))]
+            resample = _RANDOM_INTERPOLATIONS[rng.randint(len(_RANDOM_INTERPOLATIONS))]
         return img.crop((left, top, left + w, top + h)).resize((self.size, self.size), resample)
 
 
 class RandomHorizontalFlip:
-    def __init__(self, prob=0.5):
+    def __init__(self, prob=0.5, rng=None):
         self.prob = prob
+        self.rng = rng
 
-    def __call__(self, img):
-        if np.random.random() < self.prob:
+    def __call__(self, img, rng=None):
+        if resolve_rng(rng, self.rng).random() < self.prob:
             return img.transpose(Image.Transpose.FLIP_LEFT_RIGHT)
         return img
 
 
 class Compose:
-    """Apply callables in order (picklable, so it can run in worker processes)."""
+    """Apply callables in order (picklable, so it can run in worker processes); the steps that draw
+    random numbers (those taking an ``rng`` keyword) get the call's ``rng``."""
 
     def __init__(self, steps):
         self.steps = list(steps)
+        self.random_steps = [takes_rng(step) for step in self.steps]
 
-    def __call__(self, x):
-        for step in self.steps:
-            x = step(x)
+    def __call__(self, x, rng=None):
+        for step, takes in zip(self.steps, self.random_steps):
+            x = call_step(step, x, rng, takes)
         return x
 
     def __repr__(self):

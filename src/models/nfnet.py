@@ -17,7 +17,7 @@ from mindspore.common.initializer import Normal, Zero
 
 from src.variants import VARIANTS
 
-from .layers import DropPath, GammaAct, ScaledStdConv2d, SqueezeExcite
+from .layers import DropPath, Dropout, GammaAct, ScaledStdConv2d, SqueezeExcite
 from .layers.rowwise import mean_hw
 from .registry import register_model
 
@@ -152,7 +152,7 @@ class ClassifierHead(nn.Cell):
 
     def __init__(self, in_chs, num_classes, drop_rate=0.0):
         super().__init__()
-        self.drop = nn.Dropout(p=drop_rate) if drop_rate > 0 else nn.Identity()
+        self.drop = Dropout(drop_rate) if drop_rate > 0 else nn.Identity()  # reproducible on CPU (layers/drop_path.py)
         self.fc = nn.Dense(in_chs, num_classes, weight_init=Normal(0.01), bias_init=Zero())
 
     def construct(self, x):

@@ -29,9 +29,10 @@ __all__ = ["ProgressLogger", "EvalCallback", "CheckpointCallback", "NonFiniteLos
 
 # cb_params key set by NonFiniteLossGuard when it stops a run.
 DIVERGED = "training_diverged"
-# cb_params key set by StopOnSignal when a signal stops a run (it has written the checkpoint).
+# cb_params key set by StopOnSignal / StepLimit when they stop a run (they have written the checkpoint,
+# mid-epoch or not).
 PREEMPTED = "training_preempted"
-# cb_params key set by StepLimit: the epoch it cuts short counts as ended (evaluated, saved).
+# cb_params key set by StepLimit when its limit falls on an epoch's last step: that epoch is evaluated and saved.
 STEP_LIMIT_REACHED = "step_limit_reached"
 # cb_params key set by ResumePosition: steps of the current epoch run before this pass (a resumed epoch).
 _STEPS_BEFORE = "epoch_steps_before"
@@ -81,9 +82,9 @@ class _EpochCallback(Callback):
         return cb_params.cur_step_num - getattr(self, "_epoch_start_step", 0)
 
     def _epoch_complete(self, cb_params):
-        """False when the epoch was cut short by a stop request (other than StepLimit's); such epochs are not saved."""
-        ended = self._epoch_steps(cb_params) >= cb_params.batch_num or cb_params.get(STEP_LIMIT_REACHED)
-        return bool(ended) and not cb_params.get(DIVERGED) and not cb_params.get(PREEMPTED)
+        """False when the epoch was cut short by a stop request, or its checkpoint is written already; not saved."""
+        ended = self._epoch_steps(cb_params) >= cb_params.batch_num
+        return ended and not cb_params.get(DIVERGED) and not cb_params.get(PREEMPTED)
 
     def _due(self, cb_params, interval, total_epochs):
         """Every `interval` epochs, after the last one and when StepLimit ended the run."""
@@ -110,10 +111,12 @@ class ProgressLogger(_EpochCallback):
         log_fn: where lines go.
         is_main: only rank 0 prints; the others still record the epoch numbers.
         accumulation_step: train steps per optimizer step, to index lr_schedule.
+        max_steps: the step at which StepLimit ends the run (train.py --max_steps), or None:
+            that step gets a progress line and the ETA counts to it.
     """
 
     def __init__(self, log_interval, steps_per_epoch, batch_size, lr_schedule, total_epochs,
-                 log_fn=print, is_main=True, accumulation_step=1):
+                 log_fn=print, is_main=True, accumulation_step=1, max_steps=None):
         super().__init__()
         self.log_interval = max(1, int(log_interval))
         self.steps_per_epoch = int(steps_per_epoch)
@@ -123,7 +126,7 @@ class ProgressLogger(_EpochCallback):
         self.log_fn = log_fn
         self.is_main = is_main
         self.accumulation_step = max(1, int(accumulation_step))
-        self.max_steps = None  # train.py --max_steps: the ETA counts to it
+        self.max_steps = max_steps
         self._clock_start = None  # end of this session's first step: excludes graph compilation
         self._clock_steps = 0
 
@@ -158,7 +161,7 @@ class ProgressLogger(_EpochCallback):
         else:
             self._clock_steps += 1
         step = self._epoch_steps(cb)
-        if step % self.log_interval and step != self.steps_per_epoch and not cb.get(STEP_LIMIT_REACHED):
+        if step % self.log_interval and step != self.steps_per_epoch and global_step != self.max_steps:
             return
         if self.is_main:
             self.log_fn(self._progress_line(cb, step, loss, now))
@@ -267,7 +270,7 @@ class BadFileReport(Callback):
     """At each epoch end, logs the unreadable images skipped since the last report.
 
     The data pipeline's workers list every file they could not decode in `bad_file_log`
-    (see src.data.dataset); this puts their number and names in the run's log. Place it
+    (see src.data.sources); this puts their number and names in the run's log. Place it
     after EvalCallback so that the epoch's validation files are included. Files already
     listed when training starts (an earlier session of a resumed run) were reported then.
     """
@@ -429,27 +432,49 @@ class ResumePosition(Callback):
         self.stop_requested = run_context.get_stop_requested()
 
 
-class StopOnSignal(_EpochCallback):
-    """At the end of the step in progress when a SIGTERM / Ctrl-C arrived: a checkpoint, then stop.
+class _StopWithCheckpoint(_EpochCallback):
+    """What StopOnSignal and StepLimit share: at the end of a step, a checkpoint of the exact position.
 
-    `request` is a src.tools.preemption.StopRequest. The checkpoint holds the exact position
-    (the epoch and the steps run in it, see CheckpointManager.save), so `--resume auto`
-    continues with the next step as if nothing had happened. In a distributed run `agree`
-    (RunContext.max_over_ranks) makes every rank see a signal that reached any of them at the
-    same step: all ranks stop together, rank 0 writes the checkpoint and no rank leaves
-    before it is complete. `signum` is the signal that stopped the run, or None.
+    A stop in the middle of an epoch writes the mid-epoch checkpoint (the epoch and the steps run
+    in it, see CheckpointManager.save) and sets cb_params[PREEMPTED], so that the cut epoch is
+    neither evaluated nor saved again; `--resume auto` continues with the next step of that
+    epoch, over its remaining batches, as if nothing had happened. In a distributed run `agree`
+    (RunContext.max_over_ranks) keeps every rank until rank 0's checkpoint is complete.
     """
 
-    def __init__(self, request, checkpoint_manager, train_cell=None, agree=None, log_fn=print, is_main=True):
+    def __init__(self, checkpoint_manager, train_cell=None, agree=None, log_fn=print, is_main=True):
         super().__init__()
-        self.request = request
         self.checkpoint_manager = checkpoint_manager
         self.train_cell = train_cell
         self.agree = agree
         self.log_fn = log_fn
         self.is_main = is_main
-        self.signum = None
         self.path = None
+
+    def _save_position(self, cb):
+        """Write the checkpoint of the position reached; (epoch, steps run in it)."""
+        epoch, step = cb.cur_epoch_num, self._epoch_steps(cb)
+        cb[PREEMPTED] = True
+        self.path = self.checkpoint_manager.save(self.train_cell or cb.train_network, epoch, self._global_step(cb),
+                                                 epoch_step=step if step < cb.batch_num else None)
+        if self.agree is not None:
+            self.agree(0)  # no rank exits before rank 0's checkpoint is complete
+        return epoch, step
+
+
+class StopOnSignal(_StopWithCheckpoint):
+    """At the end of the step in progress when a SIGTERM / Ctrl-C arrived: a checkpoint, then stop.
+
+    `request` is a src.tools.preemption.StopRequest. The checkpoint holds the exact position
+    (_StopWithCheckpoint). In a distributed run `agree` also makes every rank see a signal that
+    reached any of them at the same step: all ranks stop together. `signum` is the signal that
+    stopped the run, or None.
+    """
+
+    def __init__(self, request, checkpoint_manager, train_cell=None, agree=None, log_fn=print, is_main=True):
+        super().__init__(checkpoint_manager, train_cell=train_cell, agree=agree, log_fn=log_fn, is_main=is_main)
+        self.request = request
+        self.signum = None
 
     def on_train_step_end(self, run_context):
         cb = run_context.original_args()
@@ -462,37 +487,51 @@ class StopOnSignal(_EpochCallback):
 
         from src.tools.preemption import exit_status
 
-        epoch, step = cb.cur_epoch_num, self._epoch_steps(cb)
-        cb[PREEMPTED] = True
         self.signum = signum
-        self.path = self.checkpoint_manager.save(self.train_cell or cb.train_network, epoch, self._global_step(cb),
-                                                 epoch_step=step if step < cb.batch_num else None)
-        if self.agree is not None:
-            self.agree(0)  # no rank exits before rank 0's checkpoint is complete
+        epoch, step = self._save_position(cb)
         if self.is_main:
             self.log_fn(f"stopped by {signal.Signals(signum).name} after epoch {epoch} step {step}/{cb.batch_num}: "
                         f"saved {self.path}; continue with --resume auto (exit status {exit_status(signum)})")
         run_context.request_stop()
-class StepLimit(_EpochCallback):
+
+
+class StepLimit(_StopWithCheckpoint):
     """Ends training after `max_steps` train steps in all (train.py --max_steps: a smoke test, a short fine-tune).
 
-    The stop comes at the end of the step that reaches the limit; the epoch in progress then
-    counts as ended (STEP_LIMIT_REACHED): it is evaluated and saved like a complete one, so
-    the run leaves a checkpoint, and `--resume auto` continues with the next epoch (the rest
-    of the cut epoch's data is not seen; the lr schedule continues from the step reached).
-    Steps are counted as the other callbacks count them, (epoch - 1) * steps_per_epoch + step.
+    The stop comes at the end of the step that reaches the limit. In the middle of an epoch it
+    writes the mid-epoch checkpoint, as a stop by a signal does (_StopWithCheckpoint): `--resume
+    auto` continues with the next step of that epoch, and the run ends as the uninterrupted one.
+    At the end of an epoch the epoch is evaluated and saved as the run's last (STEP_LIMIT_REACHED).
+    Steps are counted as the other callbacks count them, (epoch - 1) * steps_per_epoch + step;
+    place it after NonFiniteLossGuard and StopOnSignal (a diverged or signalled step is theirs).
+    `reached` tells whether the limit ended the run.
     """
 
-    def __init__(self, max_steps):
-        super().__init__()
+    def __init__(self, max_steps, checkpoint_manager, train_cell=None, agree=None, log_fn=print, is_main=True):
+        super().__init__(checkpoint_manager, train_cell=train_cell, agree=agree, log_fn=log_fn, is_main=is_main)
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
         self.max_steps = int(max_steps)
         self.reached = False
+        self._where = None
 
     def on_train_step_end(self, run_context):
         cb = run_context.original_args()
-        if self._global_step(cb) >= self.max_steps:
-            self.reached = True
-            cb[STEP_LIMIT_REACHED] = True
-            run_context.request_stop()
+        if self.reached or self._global_step(cb) < self.max_steps or cb.get(DIVERGED) or cb.get(PREEMPTED):
+            return
+        self.reached = True
+        self._where = f"epoch {cb.cur_epoch_num} step {self._epoch_steps(cb)}/{cb.batch_num}"
+        if self._epoch_steps(cb) < cb.batch_num:
+            self._save_position(cb)
+        else:
+            cb[STEP_LIMIT_REACHED] = True  # a whole epoch: its evaluation and checkpoint come at its end
+        run_context.request_stop()
+
+    def on_train_end(self, run_context):
+        if not self.reached or self._where is None:
+            return
+        path = self.path or self.checkpoint_manager.latest_path
+        if self.is_main:
+            self.log_fn(f"stopped at --max_steps {self.max_steps} after {self._where}: saved {path}; continue with "
+                        "--resume auto (and a larger --max_steps, or none)")
+        self._where = None  # said once, also when a resumed epoch's pass and the next one both end

@@ -34,12 +34,27 @@ _finite_sum = ops.MultitypeFuncGraph("finite_sum")
 def _finite_sum_tensor(grad):
     # One reduction per tensor: a NaN or inf anywhere makes the float32 sum non-finite.
     # (A finite sum overflowing float32 would also count; for gradients that is an overflow too.)
-    return ops.isfinite(ops.sum(ops.cast(grad, mindspore.float32).reshape(-1)))  # 1-D: see pool.py
+    return ops.isfinite(ops.sum(ops.cast(grad, mindspore.float32).reshape(-1)))  # 1-D: see rowwise.py
 
 
-def all_finite(loss, grads):
-    """True (a bool scalar Tensor) when the loss and every gradient are finite."""
-    flags = ops.HyperMap()(_finite_sum, grads)
+_finite_fused = ops.MultitypeFuncGraph("finite_fused")
+
+
+@_finite_fused.register("Function", "Tensor")
+def _finite_fused_tensor(kernel, grad):
+    return kernel(grad)[0] > 0.5  # cpu_kernels.AllFinite: 1.0 when every element is finite
+
+
+def all_finite(loss, grads, kernel=None):
+    """True (a bool scalar Tensor) when the loss and every gradient are finite.
+
+    kernel: cpu_kernels.all_finite_op() (float32 gradients), one multi-threaded pass per
+    gradient instead of a ReduceSum (3 % of the F0 CPU train step, profiled); None: operators.
+    """
+    if kernel is not None:
+        flags = ops.HyperMap()(ops.partial(_finite_fused, kernel), grads)
+    else:
+        flags = ops.HyperMap()(_finite_sum, grads)
     loss_finite = ops.isfinite(ops.cast(loss, mindspore.float32)).all()
     return ops.stack(flags + (loss_finite,)).all()
 

@@ -30,6 +30,8 @@ from mindspore.communication.management import get_group_size
 from mindspore.context import ParallelMode
 from mindspore.parallel._utils import _get_parallel_mode
 
+from src.models.layers import active_forms
+
 from .loss_scale import all_finite
 
 __all__ = ["GradientUpdate", "is_data_parallel"]
@@ -88,6 +90,11 @@ class GradientUpdate(nn.Cell):
         self.use_ema = ema is not None
         self.accumulation_step = int(accumulation_step)
         self.hyper_map = ops.HyperMap()
+        self.finite_kernel = None
+        if active_forms().fused_kernels and all(w.dtype == mindspore.float32 for w in self.weights):
+            from src.models.layers.cpu_kernels import all_finite_op
+
+            self.finite_kernel = all_finite_op()
         self.distributed = is_data_parallel()
         self.grad_reducer = None
         if self.distributed:
@@ -108,7 +115,7 @@ class GradientUpdate(nn.Cell):
 
     def construct(self, loss, grads):
         grads = self.scaler.unscale(grads)
-        finite = all_finite(loss, grads)
+        finite = all_finite(loss, grads, self.finite_kernel)
         if self.accumulation_step == 1:
             self.apply(grads, ops.logical_not(finite))
         else:

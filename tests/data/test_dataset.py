@@ -98,7 +98,7 @@ def test_check_dataset_layout_reports_mismatched_classes_and_count(tmp_path):
 # ----------------------------------------------------------------------------- samplers (no pipeline)
 
 def test_training_shards_partition_each_epoch_and_reshuffle():
-    from src.data.dataset import EpochShardSampler
+    from src.data.sources import EpochShardSampler
 
     n, shards = 11, 2
     samplers = [EpochShardSampler(n, shards, r, shuffle=True, seed=5) for r in range(shards)]
@@ -194,9 +194,69 @@ def test_training_augmentation_is_reproducible_with_any_worker_count(id_folder):
     assert not np.array_equal(single["image"], other_seed["image"])
 
 
-def random_mixup(x, labels):
-    """Mixup with a lambda drawn from NumPy's global state (as the project's Mixup draws)."""
-    lam = np.float32(np.random.beta(0.8, 0.8))
+@pytest.fixture(scope="module")
+def noise_folder(tmp_path_factory):
+    """train: 9 random-noise PNGs of varied sizes in 2 classes: every augmentation draw shows in the pixels."""
+    root = tmp_path_factory.mktemp("noise")
+    rng = np.random.default_rng(0)
+    for i in range(9):
+        os.makedirs(root / "train" / f"c{i % 2}", exist_ok=True)
+        pixels = rng.integers(0, 256, (20 + i, 24 - i, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(root / "train" / f"c{i % 2}" / f"{i}.png")
+    return str(root)
+
+
+def _epochs(root, workers, multiprocessing, mixup=None, epochs=2, seed=3):
+    """Both epochs' batches of the full training transform (RandAugment, random erasing in pixel mode)."""
+    from src.data.dataset import create_dataset
+    from src.data.transforms import create_train_transform
+
+    transform = create_train_transform(12, auto_augment="rand-m9-n3-mstd0.5-inc1", re_prob=0.5, re_mode="pixel")
+    ds = create_dataset(root, "train", True, 2, transform, num_parallel_workers=workers, seed=seed,
+                        python_multiprocessing=multiprocessing, mixup=mixup)
+    iterator = ds.create_tuple_iterator(num_epochs=epochs, output_numpy=True)
+    return [[(image, label) for image, label in iterator] for _ in range(epochs)]
+
+
+@pytest.mark.timeout(300)
+def test_each_sample_is_a_pure_function_of_seed_epoch_and_index(noise_folder):
+    """The pipeline's image = the transform applied with sample_rng(seed, epoch, index): no other state."""
+    from src.data.augment.random_state import sample_rng
+    from src.data.sources import EpochShardSampler
+    from src.data.transforms import create_train_transform, load_image
+
+    samples, _ = scan_image_folder(os.path.join(noise_folder, "train"))
+    transform = create_train_transform(12, auto_augment="rand-m9-n3-mstd0.5-inc1", re_prob=0.5, re_mode="pixel")
+    np.random.seed(123)  # the global state plays no part
+    for epoch, batches in enumerate(_epochs(noise_folder, 2, True)):
+        images = np.concatenate([image for image, _ in batches])
+        order = EpochShardSampler(len(samples), seed=3).epoch_indices(epoch)[:len(images)]
+        expected = [transform(load_image(samples[i][0]), rng=sample_rng(3, epoch, i)) for i in order]
+        np.testing.assert_array_equal(images, np.stack(expected))
+        assert np.concatenate([label for _, label in batches]).tolist() == [samples[i][1] for i in order]
+
+
+@pytest.mark.timeout(300)
+def test_batches_are_the_same_with_one_or_two_workers_processes_or_threads_and_run_to_run(noise_folder):
+    from src.data.dataset import create_mixup
+
+    mixup = create_mixup(mix_up=0.8, cutmix=1.0, num_classes=2)
+    single = _epochs(noise_folder, 1, False, mixup)
+    for workers, multiprocessing in ((2, True), (2, False), (1, False)):  # MindSpore allows up to cpu_count
+        other = _epochs(noise_folder, workers, multiprocessing, mixup)
+        for batches, other_batches in zip(single, other):
+            assert len(batches) == len(other_batches) == 4  # 9 images, batch 2, remainder dropped
+            for (image, label), (other_image, other_label) in zip(batches, other_batches):
+                np.testing.assert_array_equal(image, other_image)
+                np.testing.assert_array_equal(label, other_label)
+    first, second = (np.concatenate([image for image, _ in batches]) for batches in single)
+    assert not np.array_equal(first, second)  # epochs draw differently
+    assert not np.array_equal(first, np.concatenate([i for i, _ in _epochs(noise_folder, 1, False, mixup, 1, 4)[0]]))
+
+
+def random_mixup(x, labels, rng):
+    """Mixup with a lambda drawn from the batch's generator (as the project's Mixup draws)."""
+    lam = np.float32(rng.beta(0.8, 0.8))
     one_hot = np.eye(2, dtype=np.float32)[labels]
     return lam * x + (1 - lam) * x[::-1], lam * one_hot + (1 - lam) * one_hot[::-1]
 

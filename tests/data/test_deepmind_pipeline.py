@@ -8,7 +8,7 @@ import pytest
 from PIL import Image
 
 from src.config import load_config
-from src.data.dataset import EpochShardSampler
+from src.data.sources import EpochShardSampler
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEEPMIND_F0 = os.path.join(ROOT, "src", "configs", "deepmind", "dm_nfnet_f0.yaml")

@@ -96,3 +96,24 @@ def test_two_eval_shards_pad_to_equal_length_and_cover_each_image_once(converted
     assert [len(s) for s in shards] == [6, 6]  # 7 images: ceil(7 / 2) = 4 rows, padded to 2 batches of 3
     assert sum(int(v) == 0 for s in shards for *_, v in s) == 5
     assert sorted(_key(i, l) for s in shards for i, l, v in s if v) == whole
+
+
+def test_training_draws_the_same_augmentation_per_image_and_epoch_as_the_folder(converted):
+    """Both sources seed a sample's draws from (seed, epoch, folder index): a MindRecord epoch holds the folder's
+    augmented images (MindDataset orders them its own way), and differs from epoch to epoch."""
+    from src.data.transforms import create_train_transform
+
+    root, out = converted
+    transform = create_train_transform(16, auto_augment="rand-m9-n3-mstd0.5-inc1", re_prob=0.5, re_mode="pixel")
+
+    def epochs(data_path, **kw):
+        dataset = create_dataset(data_path, "train", True, 4, transform, num_parallel_workers=2, drop_remainder=False,
+                                 seed=7, **kw)
+        iterator = dataset.create_tuple_iterator(num_epochs=2, output_numpy=True)
+        return [sorted(_key(i, l) for image, label in iterator for i, l in zip(image, label)) for _ in range(2)]
+
+    folder, record = epochs(root, shuffle=False), epochs(out)
+    for folder_keys, record_keys in zip(folder, record):
+        assert len(record_keys) == 12 and len(folder_keys) == 13  # the folder substitutes for broken.jpg
+        assert set(record_keys) <= set(folder_keys)
+    assert not set(record[0]) & set(record[1])

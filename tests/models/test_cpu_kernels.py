@@ -122,3 +122,17 @@ def test_fused_mul_rows_matches_operator_form_and_its_gradient():
     for g, w in zip(got, want):
         assert g.shape == w.shape
         np.testing.assert_allclose(g.asnumpy(), w.asnumpy(), rtol=0, atol=5e-6)  # measured 1.2e-6
+
+
+@pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan])
+def test_all_finite_kernel_finds_one_bad_value_anywhere_in_any_block(bad):
+    # 200,001 elements: three 65,536-element blocks (the kernel's chunks) and a ragged tail
+    kernel = cpu_kernels.all_finite_op()
+    x = np.random.default_rng(0).standard_normal(200_001).astype(np.float32)
+    x[7] = np.finfo(np.float32).max  # huge but finite: still finite
+    assert kernel(ms.Tensor(x)).asnumpy().tolist() == [1.0]
+    assert kernel(ms.Tensor(x.reshape(1, 200_001)[:, :1])).asnumpy().tolist() == [1.0]
+    for position in (0, 65_535, 65_536, 200_000):
+        y = x.copy()
+        y[position] = bad
+        assert kernel(ms.Tensor(y)).asnumpy().tolist() == [0.0], position

@@ -94,7 +94,7 @@ def test_eval_reports_how_many_images_it_scored_and_which_it_skipped(bad_data, t
 def test_strict_data_stops_training_naming_the_first_bad_file_it_meets(bad_data, tmp_path):
     """Provokes: train.py --strict_data true over the folder. With seed 4 the shuffled order starts with a bad
     file, so the run stops before the graph is compiled."""
-    from src.data.dataset import EpochShardSampler
+    from src.data.sources import EpochShardSampler
     from src.data.folder import scan_image_folder
 
     data, _, unreadable = bad_data

@@ -91,7 +91,7 @@ def test_a_worker_that_cannot_read_its_shard_ends_the_job_the_same_way(digits_su
     """Provokes: a truncated image that only worker 1's shard holds, with --strict_data true."""
     import shutil
 
-    from src.data.dataset import EpochShardSampler
+    from src.data.sources import EpochShardSampler
     from src.data.folder import scan_image_folder
 
     data = tmp_path / "data"

@@ -1,7 +1,7 @@
 """Augmentations in NumPy and PIL: timm's RandAugment, random erasing and Mixup/CutMix, and
 DeepMind's NFNet RandAugment and Mixup/CutMix (deepmind_*.py).
 
-Randomness comes from NumPy's global state unless an ``rng`` is passed; see
+Every random step takes an ``rng`` (given when built or, winning, when called); see
 random_state.py for seeding and worker processes.
 """
 from .deepmind_mix import DeepMindMixupCutMix

@@ -11,7 +11,7 @@ first), and the image normalized. The target of an example is
 holding the first image.
 
 Here an example is built from an image pair (image, mix_image), so the batch holds B pairs
-and no image is dropped; the pipeline (src/data/dataset.py) draws the two images of a pair
+and no image is dropped; the folder source (src/data/sources.py) draws the two images of a pair
 from two independent shuffles, which pairs images as DeepMind's shuffled stream does.
 How this differs from timm's Mixup (mixup.py): timm mixes the batch with itself reversed,
 one lambda per batch by default, Mixup or CutMix for the whole batch, with CutMix boxes of
@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .random_state import resolve_rng
+from .random_state import call_step, resolve_rng, takes_rng
 
 MEAN_RGB = (0.485 * 255, 0.456 * 255, 0.406 * 255)  # nfnets/dataset.py
 STDDEV_RGB = (0.229 * 255, 0.224 * 255, 0.225 * 255)
@@ -66,7 +66,8 @@ class DeepMindMixupCutMix:
         label_smoothing: applied to the mixed targets.
         augment: per-image callable on an HWC uint8 array (e.g. DeepMindRandAugment), run after
             mixing on the clipped and truncated image; None: no augmentation.
-        rng: None for NumPy's global state, or a np.random.RandomState.
+        rng: default np.random.RandomState; one passed to the call wins, None: NumPy's global state
+            (see random_state.py).
 
     With both on the batch size must be even (half Mixup, half CutMix).
     """
@@ -94,8 +95,8 @@ class DeepMindMixupCutMix:
             raise ValueError(f"Mixup and CutMix split the batch in halves: batch size must be even, got {batch_size}")
         return batch_size // 2
 
-    def draw(self, batch_size, height, width):
-        rng = resolve_rng(self.rng)
+    def draw(self, batch_size, height, width, rng=None):
+        rng = resolve_rng(rng, self.rng)
         alpha = self.mixup_alpha if self.mixup_alpha > 0 else 1.0
         return MixDraws(rng.beta(alpha, alpha, size=batch_size).astype(np.float32),
                         rng.randint(0, height, size=batch_size), rng.randint(0, width, size=batch_size),
@@ -124,16 +125,18 @@ class DeepMindMixupCutMix:
         y = r * eye[np.asarray(labels)] + (np.float32(1.0) - r) * eye[np.asarray(mix_labels)]
         return (np.float32(1.0 - self.label_smoothing) * y + np.float32(self.label_smoothing / self.num_classes))
 
-    def __call__(self, images, mix_images, labels, mix_labels):
+    def __call__(self, images, mix_images, labels, mix_labels, rng=None):
         """Pairs of HWC images (uint8 or float) and int labels -> (float32 NCHW batch, float32 targets)."""
         images = np.asarray(images)
         if images.ndim != 4 or np.shape(mix_images) != images.shape:
             raise ValueError(f"expected two BHWC batches of one shape, got {images.shape} and {np.shape(mix_images)}")
-        draws = self.draw(len(images), images.shape[1], images.shape[2])
+        rng = resolve_rng(rng, self.rng)
+        draws = self.draw(len(images), images.shape[1], images.shape[2], rng)
         mixed, ratio = self.mix(images, mix_images, draws)
         out = []
+        augment_takes_rng = takes_rng(self.augment)
         for image in mixed:
             if self.augment is not None:
-                image = self.augment(np.clip(image, 0.0, 255.0).astype(np.uint8))
+                image = call_step(self.augment, np.clip(image, 0.0, 255.0).astype(np.uint8), rng, augment_takes_rng)
             out.append(normalize(image))
         return np.stack(out), self.targets(labels, mix_labels, ratio)

@@ -275,8 +275,8 @@ class DeepMindRandAugment:
         num_layers, magnitude = parse_level(config_str)
         return cls(num_layers, magnitude, rng)
 
-    def __call__(self, image):
-        rng = resolve_rng(self.rng)
+    def __call__(self, image, rng=None):
+        rng = resolve_rng(rng, self.rng)
         image = np.asarray(image, dtype=np.uint8)
         for _ in range(self.num_layers):
             name = OPS[rng.randint(len(OPS))]

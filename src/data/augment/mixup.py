@@ -99,7 +99,8 @@ class Mixup:
         correct_lam: recompute CutMix lambda from the clipped box area.
         label_smoothing: smoothing folded into the soft targets.
         num_classes: width of the soft targets.
-        rng: None for NumPy's global state, or a np.random.RandomState.
+        rng: default np.random.RandomState; one passed to the call wins, None: NumPy's global state
+            (see random_state.py).
 
     ``mixup_enabled`` may be set to False by a training loop to stop mixing.
     """
@@ -126,8 +127,9 @@ class Mixup:
         self.rng = rng
         self.mixup_enabled = True
 
-    def __call__(self, x, target):
+    def __call__(self, x, target, rng=None):
         """Return (mixed float32 copy of the NCHW batch ``x``, float32 soft targets)."""
+        rng = resolve_rng(rng, self.rng)
         x = np.array(x, dtype=np.float32)
         if x.ndim != 4:
             raise ValueError(f"Mixup expects an NCHW batch, got shape {x.shape}")
@@ -136,11 +138,11 @@ class Mixup:
         if self.mode != "batch" and len(x) % 2:
             raise ValueError(f"Mixup mode {self.mode!r} needs an even batch size, got {len(x)}")
         if self.mode == "elem":
-            lam = self._mix_elem(x)
+            lam = self._mix_elem(x, rng)
         elif self.mode == "pair":
-            lam = self._mix_pair(x)
+            lam = self._mix_pair(x, rng)
         else:
-            lam = self._mix_batch(x)
+            lam = self._mix_batch(x, rng)
         return x, mixup_target(target, self.num_classes, lam, self.label_smoothing)
 
     def _draw_lam(self, rng, size=None):
@@ -159,57 +161,55 @@ class Mixup:
         alpha = self.cutmix_alpha if self.mixup_alpha <= 0 else self.mixup_alpha
         return rng.beta(alpha, alpha, size=size), use_cutmix
 
-    def _params_per_batch(self):
-        rng = resolve_rng(self.rng)
+    def _params_per_batch(self, rng):
         if not self.mixup_enabled or rng.random() >= self.mix_prob:
             return 1.0, False
         return self._draw_lam(rng)
 
-    def _params_per_elem(self, count):
+    def _params_per_elem(self, count, rng):
         """float32 lambdas (1 where not mixed) and CutMix flags for ``count`` images or pairs."""
         if not self.mixup_enabled:
             return np.ones(count, dtype=np.float32), np.zeros(count, dtype=bool)
-        rng = resolve_rng(self.rng)
         lam_mix, use_cutmix = self._draw_lam(rng, count)
         mixed = rng.random(count) < self.mix_prob
         return np.where(mixed, lam_mix.astype(np.float32), np.float32(1.0)), use_cutmix
 
-    def _cutmix_box(self, img_shape, lam):
-        return cutmix_bbox_and_lam(img_shape, lam, self.cutmix_minmax, self.correct_lam, rng=self.rng)
+    def _cutmix_box(self, img_shape, lam, rng):
+        return cutmix_bbox_and_lam(img_shape, lam, self.cutmix_minmax, self.correct_lam, rng=rng)
 
-    def _mix_batch(self, x):
-        lam, use_cutmix = self._params_per_batch()
+    def _mix_batch(self, x, rng):
+        lam, use_cutmix = self._params_per_batch(rng)
         if lam == 1.0:
             return 1.0
         reversed_x = x[::-1].copy()
         if use_cutmix:
-            (y_low, y_high, x_low, x_high), lam = self._cutmix_box(x.shape, lam)
+            (y_low, y_high, x_low, x_high), lam = self._cutmix_box(x.shape, lam, rng)
             x[:, :, y_low:y_high, x_low:x_high] = reversed_x[:, :, y_low:y_high, x_low:x_high]
         else:
             x *= np.float32(lam)
             x += reversed_x * np.float32(1.0 - lam)
         return float(lam)
 
-    def _mix_elem(self, x):
-        lam_batch, use_cutmix = self._params_per_elem(len(x))
+    def _mix_elem(self, x, rng):
+        lam_batch, use_cutmix = self._params_per_elem(len(x), rng)
         original = x.copy()
         for i, lam in enumerate(lam_batch):
-            self._mix_one(x, original, i, len(x) - 1 - i, lam, use_cutmix[i], lam_batch, both=False)
+            self._mix_one(x, original, i, len(x) - 1 - i, lam, use_cutmix[i], lam_batch, rng, both=False)
         return lam_batch
 
-    def _mix_pair(self, x):
-        lam_batch, use_cutmix = self._params_per_elem(len(x) // 2)
+    def _mix_pair(self, x, rng):
+        lam_batch, use_cutmix = self._params_per_elem(len(x) // 2, rng)
         original = x.copy()
         for i, lam in enumerate(lam_batch):
-            self._mix_one(x, original, i, len(x) - 1 - i, lam, use_cutmix[i], lam_batch, both=True)
+            self._mix_one(x, original, i, len(x) - 1 - i, lam, use_cutmix[i], lam_batch, rng, both=True)
         return np.concatenate([lam_batch, lam_batch[::-1]])
 
-    def _mix_one(self, x, original, i, j, lam, use_cutmix, lam_batch, both):
+    def _mix_one(self, x, original, i, j, lam, use_cutmix, lam_batch, rng, both):
         """Mix image i (and image j too when ``both``) with its partner; store the corrected lambda."""
         if lam == 1.0:
             return
         if use_cutmix:
-            (y_low, y_high, x_low, x_high), lam_batch[i] = self._cutmix_box(x[i].shape, lam)
+            (y_low, y_high, x_low, x_high), lam_batch[i] = self._cutmix_box(x[i].shape, lam, rng)
             box = (slice(None), slice(y_low, y_high), slice(x_low, x_high))
             x[i][box] = original[j][box]
             if both:

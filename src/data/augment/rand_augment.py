@@ -123,7 +123,8 @@ class AugmentOp:
             between bilinear and bicubic), translate_pct (default 0.45),
             magnitude_std (0: fixed magnitude, > 0: Gaussian noise, inf:
             uniform in [0, magnitude]) and magnitude_max (clamp, default 10).
-        rng: None for NumPy's global state, or a np.random.RandomState.
+        rng: default np.random.RandomState; one passed to the call wins, None: NumPy's global state
+            (see random_state.py).
     """
 
     def __init__(self, name, prob=0.5, magnitude=10, hparams=None, rng=None):
@@ -144,8 +145,8 @@ class AugmentOp:
         # Looked up by name rather than stored, so that ops pickle (the table holds lambdas).
         return _OPS[self.name]
 
-    def __call__(self, img):
-        rng = resolve_rng(self.rng)
+    def __call__(self, img, rng=None):
+        rng = resolve_rng(rng, self.rng)
         if self.prob < 1.0 and rng.random() > self.prob:
             return img
         magnitude = self.magnitude
@@ -195,13 +196,13 @@ class RandAugment:
         self.num_layers = num_layers
         self.rng = rng
 
-    def __call__(self, img):
+    def __call__(self, img, rng=None):
         is_array = isinstance(img, np.ndarray)
         if is_array:
             img = Image.fromarray(img)
-        chosen = resolve_rng(self.rng).choice(len(self.ops), self.num_layers)
+        chosen = resolve_rng(rng, self.rng).choice(len(self.ops), self.num_layers)
         for index in chosen:
-            img = self.ops[index](img)
+            img = self.ops[index](img, rng=rng)
         return np.array(img) if is_array else img
 
     def __repr__(self):

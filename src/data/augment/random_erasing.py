@@ -31,7 +31,8 @@ class RandomErasing:
             [min_count, max_count]; max_count defaults to min_count.
         num_splits: for a batch, leave the first batch_size // num_splits
             images untouched (the clean split of augmentation splits); 0 or 1 erases all.
-        rng: None for NumPy's global state, or a np.random.RandomState.
+        rng: default np.random.RandomState; one passed to the call wins, None: NumPy's global state
+            (see random_state.py).
 
     Returns a float32 array; the input is not modified.
     """
@@ -51,21 +52,21 @@ class RandomErasing:
         self.num_splits = num_splits
         self.rng = rng
 
-    def __call__(self, img):
+    def __call__(self, img, rng=None):
+        rng = resolve_rng(rng, self.rng)
         img = np.array(img, dtype=np.float32)  # a private, writable copy
         if img.ndim == 3:
-            self._erase(img)
+            self._erase(img, rng)
         elif img.ndim == 4:
             first = len(img) // self.num_splits if self.num_splits > 1 else 0
             for image in img[first:]:
-                self._erase(image)
+                self._erase(image, rng)
         else:
             raise ValueError(f"RandomErasing expects a CHW or NCHW array, got shape {img.shape}")
         return img
 
-    def _erase(self, img):
+    def _erase(self, img, rng):
         """Erase rectangles of one CHW image in place."""
-        rng = resolve_rng(self.rng)
         if rng.random() > self.probability:
             return
         channels, height, width = img.shape

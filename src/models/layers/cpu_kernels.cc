@@ -546,6 +546,29 @@ extern "C" int EmaUpdate(int nparam, void **params, int *ndims, int64_t **shapes
   return 0;
 }
 
+// 1 when every element of x is finite, else 0 (the overflow check of src/trainers/loss_scale.py):
+// x * 0 is 0 for finite x and NaN for inf or NaN, so one sum per chunk tells. params: x, out (1,).
+extern "C" int AllFinite(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *,
+                         void *) {
+  if (nparam != 2 || !all_float32(2, dtypes)) return 1;
+  const float *x = input(params, 0);
+  const int64_t n = numel(ndims[0], shapes[0]);
+  constexpr int64_t kBlock = 1 << 16;
+  const int64_t blocks = (n + kBlock - 1) / kBlock;
+  std::vector<float> partial(static_cast<size_t>(std::max<int64_t>(blocks, 1)), 0.0f);
+  parallel_for(blocks, [&](int64_t block) {
+    const int64_t end = std::min(n, (block + 1) * kBlock);
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = block * kBlock; j < end; ++j) sum += x[j] * 0.0f;
+    partial[static_cast<size_t>(block)] = sum;
+  });
+  float sum = 0.0f;
+  for (float p : partial) sum += p;
+  output(params, 1)[0] = sum == 0.0f ? 1.0f : 0.0f;
+  return 0;
+}
+
 // rows (r, k) times factor (r, 1): one scale per row (SE gates, stochastic-depth masks).
 // params: rows, factor, out.
 extern "C" int MulRows(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *,

@@ -219,6 +219,11 @@ def ema_update_op():
     return _in_place("EmaUpdate")
 
 
+def all_finite_op():
+    """AllFinite(x) -> (1,) float32: 1 when every element of x is finite, else 0 (one pass)."""
+    return _custom("AllFinite", lambda x: (1,), lambda x: x)
+
+
 class FusedConv2dSame(Conv2dSame):
     """NCHW convolution with TensorFlow SAME padding plus bias: fused im2col, one (per group
     batched) matmul, and a fused transpose-to-NCHW with the bias add; the backward recomputes
