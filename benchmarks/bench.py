@@ -204,11 +204,12 @@ def train_ours(opt):
 
 
 def train_timm(opt):
-    """timm's network with SGD + timm's AGC + label-smoothed cross entropy, eager PyTorch."""
+    """timm's network with SGD + timm's AGC + label-smoothed cross entropy, eager PyTorch, and the
+    recipe's weight EMA as timm's train.py keeps it (--model-ema: ModelEmaV3), as ours does."""
     import torch
     from timm.optim import param_groups_weight_decay
     from timm.models import model_parameters
-    from timm.utils import adaptive_clip_grad
+    from timm.utils import ModelEmaV3, adaptive_clip_grad
 
     torch_setup(opt.threads)
     cfg = load_f0_config(opt.arch)
@@ -217,6 +218,7 @@ def train_timm(opt):
                                 momentum=cfg.momentum, nesterov=cfg.use_nesterov)
     clipped = list(model_parameters(model, exclude_head=True))  # timm's train.py: AGC skips the head
     loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
+    ema = ModelEmaV3(model, decay=cfg.ema_decay) if cfg.ema else None
     images, targets = map(torch.from_numpy, random_batch(opt.train_batch, opt.train_size, cfg.num_classes))
     losses = []
 
@@ -226,6 +228,8 @@ def train_timm(opt):
         loss.backward()
         adaptive_clip_grad(clipped, clip_factor=cfg.clipping, eps=cfg.eps)
         optimizer.step()
+        if ema is not None:
+            ema.update(model)
         losses.append(loss.item())
 
     times = timed_calls(step, opt.warmup, opt.steps)
