@@ -1,6 +1,6 @@
 """This project against timm on the same CPU: training, evaluation, MINDIR and input-pipeline speed.
 
-    python benchmarks/bench.py [--steps 5] [--quick] [--only train,eval_timm,...] [--output-dir benchmarks]
+    python benchmarks/bench.py [--steps 5] [--quick] [--only train,eval_timm,curves,...] [--output-dir benchmarks]
     make bench
 
 One run measures, on this machine with the same thread count for both frameworks (default:
@@ -27,76 +27,71 @@ the cores this process may use; torch.set_num_threads and src.tools.context.set_
             Median over timed epochs after a warm-up epoch.
   mindrecord our pipeline over MindRecord vs over the folder (data_pipeline.measure_folder_vs_mindrecord);
             default run or --only mindrecord.
+  flops     conv and linear MACs per image, counted layer by layer on timm's model and on ours at
+            every resolution the run uses (benchmarks/flops.py); train FLOPs = 6 x MACs x batch.
+  peak      each framework's float32 matmul GFLOP/s on 2048^3 and on the F0 stage-3 1x1 and grouped
+            3x3 im2col shapes (benchmarks/matmul_peak.py): with the FLOPs, the train and eval rows'
+            GFLOP/s and their share of the peak ("% of the machine's limit") are printed.
+  curves    train step time and peak RSS against batch size (1-16 at the train size) and resolution
+            (128-256 at the train batch), each point a fresh train worker (benchmarks/scaling.py):
+            the numbers in results.json, the chart in <output-dir>/scaling.png. Warm-up 2 steps,
+            --curve-steps timed steps (default 3).
+
+The two pipeline workers run --pipeline-rounds times, taking turns (ours first in even rounds),
+each a fresh process; a row's img/s is the median over all its timed epochs, and the spread of
+the rounds is printed, so a load change on a shared machine hits both.
 
 Each measurement runs in its own subprocess (``bench.py --worker NAME --json-out FILE``), one
 after another, with a timeout; a worker that fails, times out or grows past --max-rss-gb (its
-process group is killed, protecting a shared machine) is reported as such. Output: a table
-(ratio > 1: ours better; ours/timm for throughput, timm/ours for times and memory),
-<output-dir>/results.json (every number, per-step times, machine and versions) and
-<output-dir>/results.png (the ratios).
+process group is killed, protecting a shared machine) is reported as such. The whole run keeps
+to --budget-min minutes: a worker's timeout is cut to the time left, and the curve points that
+no longer fit are skipped (the curves run last). Output: a table (ratio > 1: ours better;
+ours/timm for throughput, timm/ours for times and memory), the GFLOP/s block, the curves,
+<output-dir>/results.json (every number, per-step times, machine and versions),
+<output-dir>/results.png (the ratios) and <output-dir>/scaling.png.
 """
 import argparse
 import datetime
 import json
 import os
-import platform
-import re
 import resource
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from importlib import metadata
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:  # python benchmarks/bench.py
     sys.path.insert(0, ROOT)
+
+from benchmarks import scaling  # noqa: E402  (after the path fix above)
+from benchmarks.report import (collect_metrics, efficiency, format_efficiency, format_rounds,  # noqa: E402
+                               format_table, plot_ratios)
+from benchmarks.runner import (available_cores, machine_info, memory_available_gb, merge_rounds,  # noqa: E402
+                               run_worker)
 
 F0_CONFIG = os.path.join(ROOT, "src", "configs", "dm_nfnet_f0.yaml")
 
 # Full and --quick sizes. The pipeline keeps the F0 config's 192x192 crops in both.
 SIZES = {
     "full": dict(arch="dm_nfnet_f0", train_batch=8, train_size=192, eval_batch=8, eval_size=256, warmup=2, steps=5,
-                 num_images=256, pipeline_batch=32, pipeline_epochs=3),
+                 num_images=256, pipeline_batch=32, pipeline_epochs=3, pipeline_rounds=3, curve_steps=3,
+                 peak_square=2048),
     "quick": dict(arch="dm_nfnet_nano", train_batch=2, train_size=64, eval_batch=2, eval_size=64, warmup=2, steps=1,
-                  num_images=16, pipeline_batch=8, pipeline_epochs=1),
+                  num_images=16, pipeline_batch=8, pipeline_epochs=1, pipeline_rounds=2, curve_steps=1,
+                  peak_square=512),
 }
-WORKERS = ("train_ours", "train_timm", "eval_ours", "mindir_ours", "onnx_ours", "eval_timm", "pipeline_ours", "pipeline_timm",
-           "mindrecord")
-# Seconds per worker in the default run: together 19.25 minutes, the bound of a whole run. Measured on
-# the 2-core machine under a load of 4-5: train_ours 245 s, train_timm 86, eval_timm 90, pipelines 8-11,
-# mindrecord 38.
-TIMEOUTS = {"train_ours": 300, "train_timm": 120, "eval_ours": 240, "mindir_ours": 210, "onnx_ours": 180,
-            "eval_timm": 120,
-            "pipeline_ours": 45, "pipeline_timm": 45, "mindrecord": 75}
+WORKERS = ("flops", "peak_ours", "peak_timm", "train_ours", "train_timm", "eval_ours", "mindir_ours", "onnx_ours",
+           "eval_timm", "pipeline_ours", "pipeline_timm", "mindrecord", "curves")
+# Seconds per worker in the default run. Measured on the 2-core machine under a load of 4-5: train_ours
+# 245 s, train_timm 86, eval_timm 90, pipelines 8-11, mindrecord 38; at load 7: flops 39, peaks 10-12. "curves" is
+# one train worker per point with its own timeout (scaling.point_timeout); --budget-min bounds the whole run.
+TIMEOUTS = {"flops": 150, "peak_ours": 90, "peak_timm": 90, "train_ours": 300, "train_timm": 120, "eval_ours": 240,
+            "mindir_ours": 210, "onnx_ours": 180, "eval_timm": 120, "pipeline_ours": 45, "pipeline_timm": 45,
+            "mindrecord": 75}
 QUICK_TIMEOUT = 120
+BUDGET_MIN = 24  # make bench must finish within 25 minutes on a fresh clone (issue 18)
 BUSY_LOAD = 0.5  # 1-minute load average above which the numbers are flagged as noisy
-
-# (key, label, unit, better, (ours worker, field), (reference worker, field))
-METRICS = (
-    ("train_img_s", "train img/s (b{train_batch}, {train_size}px)", "img/s", "higher",
-     ("train_ours", "img_s"), ("train_timm", "img_s")),
-    ("compile_s", "compile s (first step - median)", "s", "lower",
-     ("train_ours", "compile_s"), ("train_timm", "compile_s")),
-    ("peak_rss_mb", "train peak RSS MB", "MB", "lower", ("train_ours", "peak_rss_mb"), ("train_timm", "peak_rss_mb")),
-    ("eval_img_s", "eval b{eval_batch} img/s ({eval_size}px)", "img/s", "higher",
-     ("eval_ours", "img_s"), ("eval_timm", "img_s")),
-    ("eval_b1_ms", "eval b1 ms", "ms", "lower", ("eval_ours", "b1_ms"), ("eval_timm", "b1_ms")),
-    ("mindir_img_s", "MINDIR b{eval_batch} img/s (vs timm eager)", "img/s", "higher",
-     ("mindir_ours", "img_s"), ("eval_timm", "img_s")),
-    ("mindir_b1_ms", "MINDIR b1 ms (vs timm eager)", "ms", "lower",
-     ("mindir_ours", "b1_ms"), ("eval_timm", "b1_ms")),
-    ("onnx_img_s", "ONNX Runtime b{eval_batch} img/s (vs timm eager)", "img/s", "higher",
-     ("onnx_ours", "img_s"), ("eval_timm", "img_s")),
-    ("onnx_b1_ms", "ONNX Runtime b1 ms (vs timm eager)", "ms", "lower",
-     ("onnx_ours", "b1_ms"), ("eval_timm", "b1_ms")),
-    ("pipeline_img_s", "pipeline img/s ({workers} workers)", "img/s", "higher",
-     ("pipeline_ours", "img_s"), ("pipeline_timm", "img_s")),
-    ("mindrecord_img_s", "MindRecord img/s (timm col: our folder)", "img/s", "higher",
-     ("mindrecord", "mindrecord_img_s"), ("mindrecord", "folder_img_s")),
-)
 
 
 # ----------------------------------------------------------------------------- shared helpers
@@ -207,11 +202,12 @@ def train_ours(opt):
 
 
 def train_timm(opt):
-    """timm's network with SGD + timm's AGC + label-smoothed cross entropy, eager PyTorch."""
+    """timm's network with SGD + timm's AGC + label-smoothed cross entropy, eager PyTorch, and the
+    recipe's weight EMA as timm's train.py keeps it (--model-ema: ModelEmaV3), as ours does."""
     import torch
     from timm.optim import param_groups_weight_decay
     from timm.models import model_parameters
-    from timm.utils import adaptive_clip_grad
+    from timm.utils import ModelEmaV3, adaptive_clip_grad
 
     torch_setup(opt.threads)
     cfg = load_f0_config(opt.arch)
@@ -220,6 +216,7 @@ def train_timm(opt):
                                 momentum=cfg.momentum, nesterov=cfg.use_nesterov)
     clipped = list(model_parameters(model, exclude_head=True))  # timm's train.py: AGC skips the head
     loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
+    ema = ModelEmaV3(model, decay=cfg.ema_decay) if cfg.ema else None
     images, targets = map(torch.from_numpy, random_batch(opt.train_batch, opt.train_size, cfg.num_classes))
     losses = []
 
@@ -229,6 +226,8 @@ def train_timm(opt):
         loss.backward()
         adaptive_clip_grad(clipped, clip_factor=cfg.clipping, eps=cfg.eps)
         optimizer.step()
+        if ema is not None:
+            ema.update(model)
         losses.append(loss.item())
 
     times = timed_calls(step, opt.warmup, opt.steps)
@@ -368,191 +367,92 @@ def mindrecord(opt):
                                         batch_size=opt.pipeline_batch)
 
 
+def flops(opt):
+    """Forward MACs per image, layer by layer, of timm's model and ours at every size the run uses."""
+    from benchmarks.flops import count_mindspore, count_torch, summarize_layers
+    from src import builders
+
+    torch_setup(opt.threads)
+    cfg = load_f0_config(opt.arch)
+    sizes = sorted({opt.train_size, opt.eval_size} |
+                   {size for _, _, size in scaling.curve_points(opt.train_batch, opt.train_size, opt.quick)})
+    model = timm_model(opt.arch, cfg)
+    reference = {size: count_torch(model, size) for size in sizes}
+    mindspore_setup(opt.threads)
+    network = builders.build_network(cfg)
+    ours = {size: count_mindspore(network, size) for size in sizes}
+    train = summarize_layers(reference[opt.train_size])
+    return {"counted_on": "timm", "sizes": sizes,
+            "macs_per_image": {str(size): summarize_layers(reference[size])["macs"] for size in sizes},
+            "ours_macs_per_image": {str(size): summarize_layers(ours[size])["macs"] for size in sizes},
+            "ours_equals_timm": all(ours[size] == reference[size] for size in sizes),  # same names, same MACs
+            "layers": train["layers"], "by_kind_at_train_size": train["by_kind"],
+            "layers_at_train_size": [list(layer) for layer in reference[opt.train_size]]}
+
+
+def peak_ours(opt):
+    """MindSpore's float32 matmul GFLOP/s (Graph mode, ops.matmul) on benchmarks/matmul_peak.py's shapes."""
+    from benchmarks.matmul_peak import matmul_shapes, mindspore_rates
+
+    mindspore_setup(opt.threads)
+    return mindspore_rates(matmul_shapes(opt.train_batch, opt.train_size, opt.peak_square))
+
+
+def peak_timm(opt):
+    """PyTorch's float32 torch.matmul GFLOP/s on the same shapes and thread count."""
+    from benchmarks.matmul_peak import matmul_shapes, torch_rates
+
+    return torch_rates(matmul_shapes(opt.train_batch, opt.train_size, opt.peak_square), opt.threads)
+
+
 # ----------------------------------------------------------------------------- driver
 
-def machine_info(threads):
-    model = "unknown"
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
-    except OSError:
-        pass
-    versions = {}
-    for package in ("mindspore", "torch", "timm", "numpy", "torchvision", "pillow", "onnxruntime"):
-        try:
-            versions[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            versions[package] = None
-    try:
-        with open("/proc/meminfo") as f:
-            mem_gb = round(int(f.readline().split()[1]) / 2 ** 20, 1)
-    except (OSError, ValueError, IndexError):
-        mem_gb = None
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                                timeout=10).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        commit = None
-    return {"cpu": model, "cores": os.cpu_count(), "usable_cores": available_cores(), "threads": threads,
-            "memory_gb": mem_gb, "load_avg_at_start": list(os.getloadavg()), "platform": platform.platform(),
-            "python": platform.python_version(), **versions, "git_commit": commit}
-
-
-def available_cores():
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-
-
-def group_rss_mb(pgid):
-    """Resident memory of every process in process group ``pgid`` (the worker and its children)."""
-    total = 0
-    page = os.sysconf("SC_PAGE_SIZE")
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid:  # fields after the name: state, ppid, pgrp, ..., rss (24th overall)
-            total += int(fields[21]) * page
-    return total / 2 ** 20
-
-
-def last_lines(path, count=15):
-    try:
-        with open(path, errors="replace") as f:
-            lines = [line.rstrip() for line in f if line.strip()]
-    except OSError:
-        return []
-    return lines[-count:]
-
-
-def error_line(log_path):
-    """': <the last exception line of the log>' (else its last line), or ''."""
-    lines = last_lines(log_path, 200)
-    found = [line for line in lines if re.match(r"[\w.]*(Error|Exception|Interrupt)\b", line)]
-    line = (found or lines or [""])[-1]
-    return f": {line[:300]}" if line else ""
-
-
-def run_worker(name, opt, timeout, workdir):
-    """Run one worker in its own process group; {ok, error, duration_s, result, ...}."""
-    json_out = os.path.join(workdir, f"{name}.json")
-    log_path = os.path.join(workdir, f"{name}.log")
-    command = [sys.executable, os.path.abspath(__file__), "--worker", name, "--json-out", json_out,
-               "--threads", str(opt.threads), "--steps", str(opt.steps)]
-    if opt.data_dir:
-        command += ["--data-dir", opt.data_dir]
-    if opt.quick:
-        command.append("--quick")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
-    env.setdefault("GLOG_v", "3")  # MindSpore: errors only in the log
-    limit_mb = opt.max_rss_gb * 1024
-    start, peak_seen, error = time.perf_counter(), 0.0, None
-    with open(log_path, "w") as log:
-        # cwd: MindSpore's kernel-meta and rank directories go to the scratch directory, not the checkout
-        proc = subprocess.Popen(command, cwd=workdir, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
-        while proc.poll() is None:
-            time.sleep(0.5)
-            peak_seen = max(peak_seen, group_rss_mb(proc.pid))
-            elapsed = time.perf_counter() - start
-            if elapsed > timeout:
-                error = f"timed out after {timeout:.0f} s"
-            elif peak_seen > limit_mb:
-                error = f"stopped at {peak_seen / 1024:.1f} GB resident, over --max-rss-gb {opt.max_rss_gb:g}"
-            if error:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                break
-    try:  # the worker's children (data workers) may outlive it
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    record = {"ok": False, "error": error, "duration_s": round(time.perf_counter() - start, 1),
-              "timeout_s": timeout, "group_rss_peak_mb_sampled": round(peak_seen), "result": None}
-    if error is None:
-        try:
-            with open(json_out) as f:
-                record["result"] = json.load(f)
-            record["ok"] = True
-        except (OSError, ValueError):
-            signal_name = f" (signal {-proc.returncode}: {signal.Signals(-proc.returncode).name})" \
-                if proc.returncode < 0 else ""
-            record["error"] = f"exit status {proc.returncode}{signal_name}" + error_line(log_path)
-    if not record["ok"]:
-        record["log_tail"] = last_lines(log_path)
+def run_within_budget(name, opt, workdir, timeout, deadline, key=None, args=(), steps=None):
+    """run_worker with its timeout cut to the time left before ``deadline``; skipped when under 20 s are left."""
+    key = key or name
+    left = deadline - time.perf_counter()
+    if left < 20:
+        print(f"{key}: skipped, over the run's --budget-min {opt.budget_min:g}", flush=True)
+        return {"ok": False, "error": f"skipped: over the run's --budget-min {opt.budget_min:g}", "duration_s": 0.0,
+                "result": None}
+    timeout = min(timeout, left)
+    print(f"{key} (timeout {timeout:.0f} s) ...", end=" ", flush=True)
+    record = run_worker(name, opt, timeout, workdir, key=key, args=args, steps=steps)
+    print(f"{record['duration_s']} s" + ("" if record["ok"] else f", FAILED: {record['error']}"), flush=True)
     return record
 
 
-def collect_metrics(workers, labels):
-    """The table's rows: ours, reference (timm), ratio (> 1: ours better) or the reason one is missing."""
-    metrics = {}
-    for key, label, unit, better, (ours_worker, ours_field), (ref_worker, ref_field) in METRICS:
-        if ours_worker not in workers and ref_worker not in workers:
-            continue
-        row = {"label": label.format(**labels), "unit": unit, "better": better, "reasons": {}}
-        for column, worker, field in (("ours", ours_worker, ours_field), ("timm", ref_worker, ref_field)):
-            record = workers.get(worker)
-            value = (record.get("result") or {}).get(field) if record else None
-            if record is None:
-                row["reasons"][column] = f"{worker} not run (--only)"
-            elif not record["ok"]:
-                row["reasons"][column] = f"{worker}: {record['error']}"
-            elif value is None or value <= 0:
-                row["reasons"][column] = f"{worker} measured {value!r}, no positive value"
-                value = None
-            row[column] = None if value is None else round(value, 3)
-        ours, ref = row["ours"], row["timm"]
-        if ours is not None and ref is not None:
-            row["ratio"] = round(ours / ref if better == "higher" else ref / ours, 3)
-        else:
-            row["ratio"] = None
-            row["reasons"]["ratio"] = "a value is missing"
-        metrics[key] = row
-    return metrics
+def worker_timeout(name, opt):
+    return (QUICK_TIMEOUT if opt.quick else TIMEOUTS[name]) * opt.timeout_scale
 
 
-def format_value(value):
-    if value is None:
-        return "n/a"
-    return f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
+def run_pipelines(names, opt, workdir, deadline):
+    """The pipeline workers in --pipeline-rounds interleaved rounds (ours first in even rounds), merged."""
+    pipelines = [name for name in ("pipeline_ours", "pipeline_timm") if name in names]
+    records = {name: [] for name in pipelines}
+    for index in range(opt.pipeline_rounds):
+        for name in pipelines if index % 2 == 0 else pipelines[::-1]:
+            records[name].append(run_within_budget(name, opt, workdir, worker_timeout(name, opt), deadline,
+                                                   key=f"{name}_round{index + 1}"))
+    return {name: merge_rounds(rounds) for name, rounds in records.items()}
 
 
-def format_table(metrics, workers):
-    width = max([len(row["label"]) for row in metrics.values()] + [10])
-    lines = [f"{'':<{width}}  {'ours':>9}  {'timm':>9}  {'ratio':>7}", "-" * (width + 33)]
-    for row in metrics.values():
-        lines.append(f"{row['label']:<{width}}  {format_value(row['ours']):>9}  {format_value(row['timm']):>9}  "
-                     f"{format_value(row['ratio']) + ('x' if row['ratio'] is not None else ''):>7}")
-    lines.append("ratio > 1: ours better (ours/timm for throughput, timm/ours for times and memory)")
-    for name, record in workers.items():
-        if not record["ok"]:
-            lines.append(f"{name} failed after {record['duration_s']} s: {record['error']}")
-    return "\n".join(lines)
-
-
-def plot_ratios(metrics, path, title):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    labels = [row["label"] for row in metrics.values()]
-    ratios = [row["ratio"] or 0.0 for row in metrics.values()]
-    fig, ax = plt.subplots(figsize=(10, 0.5 * len(labels) + 1.8))
-    colors = ["tab:green" if r >= 1 else "tab:red" for r in ratios]
-    bars = ax.barh(labels, ratios, color=colors)
-    ax.axvline(1.0, color="black", linewidth=1)
-    for bar, row in zip(bars, metrics.values()):
-        text = "failed" if row["ratio"] is None else f"{row['ratio']:.2f}x"
-        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {text}", va="center", fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlim(0, max(ratios + [1.0]) * 1.25)
-    ax.set_xlabel("ratio (> 1: this project better than timm)")
-    ax.set_title(title, fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+def run_curves(opt, workdir, deadline, workers):
+    """{scaling.point_key: record} of every curve point; the main train rows stand for their own point."""
+    records = {}
+    for _, batch, size in scaling.curve_points(opt.train_batch, opt.train_size, opt.quick):
+        for framework, worker in scaling.FRAMEWORKS:
+            key = scaling.point_key(framework, batch, size)
+            if key in records:
+                continue
+            if (batch, size) == (opt.train_batch, opt.train_size) and (workers.get(worker) or {}).get("ok"):
+                records[key] = workers[worker]
+                continue
+            timeout = scaling.point_timeout(worker, batch, size, opt.train_batch, opt.train_size,
+                                            QUICK_TIMEOUT if opt.quick else None) * opt.timeout_scale
+            records[key] = run_within_budget(worker, opt, workdir, timeout, deadline, key=key,
+                                             args=("--batch", batch, "--size", size), steps=opt.curve_steps)
+    return records
 
 
 def selected_workers(only, quick):
@@ -561,8 +461,8 @@ def selected_workers(only, quick):
     wanted = [item.strip() for item in only.split(",") if item.strip()]
     unknown = [item for item in wanted if not any(w == item or w.split("_")[0] == item for w in WORKERS)]
     if unknown:
-        raise SystemExit(f"--only: unknown {', '.join(unknown)}; choose from {', '.join(WORKERS)} "
-                         f"or train, eval, pipeline")
+        raise ValueError(f"--only: unknown {', '.join(unknown)}; choose from {', '.join(WORKERS)} "
+                         f"or train, eval, pipeline, peak")
     return [w for w in WORKERS if w in wanted or w.split("_")[0] in wanted]
 
 
@@ -571,9 +471,10 @@ def drive(opt):
     output_dir = os.path.abspath(opt.output_dir)
     os.makedirs(output_dir, exist_ok=True)
     started = time.perf_counter()
+    deadline = started + 60 * opt.budget_min
     date = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     machine = machine_info(opt.threads)
-    workers = {}
+    workers, curve_records = {}, {}
     with tempfile.TemporaryDirectory(prefix="bench_") as workdir:
         if any(name.startswith("pipeline") for name in names):
             from benchmarks.data_pipeline import write_jpegs
@@ -582,31 +483,49 @@ def drive(opt):
             mean_bytes = write_jpegs(opt.data_dir, opt.num_images)
             print(f"{opt.num_images} JPEGs written (mean {mean_bytes / 1024:.0f} KB)", flush=True)
         for name in names:
-            timeout = (QUICK_TIMEOUT if opt.quick else TIMEOUTS[name]) * opt.timeout_scale
-            print(f"{name} (timeout {timeout:.0f} s) ...", end=" ", flush=True)
-            workers[name] = run_worker(name, opt, timeout, workdir)
-            record = workers[name]
-            print(f"{record['duration_s']} s" + ("" if record["ok"] else f", FAILED: {record['error']}"), flush=True)
-    labels = {key: getattr(opt, key) for key in ("train_batch", "train_size", "eval_batch", "eval_size", "workers")}
-    metrics = collect_metrics(workers, labels)
+            if name.startswith("pipeline"):
+                if name not in workers:
+                    workers.update(run_pipelines(names, opt, workdir, deadline))
+            elif name == "curves":
+                curve_records = run_curves(opt, workdir, deadline, workers)
+            else:
+                workers[name] = run_within_budget(name, opt, workdir, worker_timeout(name, opt), deadline)
     settings = {key: getattr(opt, key) for key in SIZES["full"]}
     settings.update(threads=opt.threads, workers=opt.workers, quick=opt.quick, only=opt.only,
-                    max_rss_gb=opt.max_rss_gb)
+                    max_rss_gb=opt.max_rss_gb, budget_min=opt.budget_min)
+    metrics = collect_metrics(workers, settings)
+    flop_count = (workers.get("flops") or {}).get("result")
+    macs_by_size = {int(size): macs for size, macs in (flop_count or {}).get("macs_per_image", {}).items()}
+    eff = efficiency(workers, settings, macs_by_size)
+    curves = scaling.collect_curves(scaling.curve_points(opt.train_batch, opt.train_size, opt.quick), curve_records,
+                                    macs_by_size, eff["machine_limit_gflop_s"]) if "curves" in names else None
+    # the curve points' own records (a main train row standing for its point is in "workers" already)
+    workers.update({key: record for key, record in curve_records.items()
+                    if not any(record is row for row in workers.values())})
     results = {"date": date, "total_s": round(time.perf_counter() - started, 1), "machine": machine,
-               "settings": settings, "metrics": metrics, "workers": workers}
+               "settings": settings, "metrics": metrics, "flops": flop_count, "efficiency": eff,
+               "scaling": curves, "workers": workers}
     with open(os.path.join(output_dir, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
     title = (f"{opt.arch}, {machine['cpu']}, {opt.threads} threads, mindspore {machine['mindspore']} vs "
              f"torch {machine['torch']} / timm {machine['timm']}, {date}")
-    plot_ratios(metrics, os.path.join(output_dir, "results.png"), title)
-    print(format_table(metrics, workers))
+    outputs = [os.path.join(output_dir, "results.json"), os.path.join(output_dir, "results.png")]
+    plot_ratios(metrics, outputs[1], title)
+    if metrics or not all(record["ok"] for record in workers.values()):
+        print(format_table(metrics, workers))
+    for block in (format_rounds(workers), format_efficiency(eff, flop_count, settings),
+                  curves and scaling.format_curves(curves)):
+        if block:
+            print(block)
+    if curves:
+        outputs.append(os.path.join(output_dir, "scaling.png"))
+        scaling.plot_curves(curves, outputs[-1], title)
     load = machine["load_avg_at_start"][0]
     if load > BUSY_LOAD:
         print(f"warning: the machine was busy before the run (1-minute load average {load:.1f} on "
               f"{machine['cores']} cores): numbers are noisy; PyTorch's threads slow down many-fold when another "
               f"process holds a core")
-    print(f"total {results['total_s']} s; {os.path.join(output_dir, 'results.json')}, "
-          f"{os.path.join(output_dir, 'results.png')}")
+    print(f"total {results['total_s']} s; {', '.join(outputs)}")
     return results
 
 
@@ -615,34 +534,43 @@ def parse_args(argv=None):
     parser.add_argument("--steps", type=int, help="timed steps after warm-up (default 5; --quick 1)")
     parser.add_argument("--quick", action="store_true",
                         help="tiny sizes for a smoke test: dm_nfnet_nano, batch 2, 64x64, 16 images")
-    parser.add_argument("--only", help=f"comma list of {', '.join(WORKERS)} (or train, eval, pipeline)")
+    parser.add_argument("--only", help=f"comma list of {', '.join(WORKERS)} (or train, eval, pipeline, peak)")
     parser.add_argument("--output-dir", default=os.path.join(ROOT, "benchmarks"),
-                        help="where results.json and results.png go (default benchmarks/)")
+                        help="where results.json, results.png and scaling.png go (default benchmarks/)")
     parser.add_argument("--threads", type=int, default=available_cores(),
                         help="threads of both frameworks (default: the usable cores)")
     parser.add_argument("--workers", type=int, default=2, help="input-pipeline worker processes")
+    parser.add_argument("--pipeline-rounds", type=int,
+                        help="interleaved rounds of the two pipeline workers (default 3; --quick 2)")
+    parser.add_argument("--curve-steps", type=int, help="timed steps per curve point (default 3; --quick 1)")
     parser.add_argument("--timeout-scale", type=float, default=1.0, help="multiplies every worker's timeout")
+    parser.add_argument("--budget-min", type=float, default=BUDGET_MIN,
+                        help=f"minutes for the whole run: timeouts are cut to the time left, curve points that "
+                             f"do not fit are skipped (default {BUDGET_MIN})")
     parser.add_argument("--max-rss-gb", type=float, default=None,
                         help="kill a worker whose processes hold more resident memory (default: 90%% of the "
                              "memory available at start)")
     parser.add_argument("--worker", choices=WORKERS, help=argparse.SUPPRESS)
     parser.add_argument("--json-out", help=argparse.SUPPRESS)
     parser.add_argument("--data-dir", help=argparse.SUPPRESS)
+    parser.add_argument("--batch", type=int, help=argparse.SUPPRESS)  # a curve point's train batch
+    parser.add_argument("--size", type=int, help=argparse.SUPPRESS)  # a curve point's train size
     opt = parser.parse_args(argv)
     for key, value in SIZES["quick" if opt.quick else "full"].items():
-        if key != "steps" or opt.steps is None:
+        if getattr(opt, key, None) is None:
             setattr(opt, key, value)
-    if opt.steps < 1:
-        parser.error("--steps must be >= 1")
+    opt.train_batch = opt.batch or opt.train_batch
+    opt.train_size = opt.size or opt.train_size
+    for key in ("steps", "pipeline_rounds", "curve_steps"):
+        if getattr(opt, key) < 1:
+            parser.error(f"--{key.replace('_', '-')} must be >= 1")
+    try:
+        selected_workers(opt.only, opt.quick)
+    except ValueError as exc:
+        parser.error(str(exc))
     if opt.max_rss_gb is None:
         opt.max_rss_gb = round(0.9 * memory_available_gb(), 1)
     return opt
-
-
-def memory_available_gb():
-    with open("/proc/meminfo") as f:
-        fields = dict(line.split(":", 1) for line in f)
-    return int(fields["MemAvailable"].split()[0]) / 2 ** 20
 
 
 def main(argv=None):

@@ -11,7 +11,8 @@ import sys
 
 import pytest
 
-from benchmarks.bench import METRICS, collect_metrics, error_line, format_table
+from benchmarks.report import METRICS, collect_metrics, format_table
+from benchmarks.runner import error_line
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICK_METRICS = {key for key, *_ in METRICS} - {"mindrecord_img_s"}  # MindRecord: default run or --only
@@ -23,7 +24,8 @@ def _is_measured(value):
 
 @pytest.mark.timeout(600)
 def test_quick_run_writes_every_metric_and_the_chart(tmp_path):
-    # measured: 262 s in all at load 10 on the 2 cores, the slowest worker 72 s of its 120 s (doubled here)
+    # measured: 262 s in all at load 10 on the 2 cores, the slowest worker 72 s of its 120 s (doubled here);
+    # 247 s at load 7 with the FLOP count, matmul peaks, pipeline rounds and curve points (issue 18)
     run = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench.py"), "--quick", "--timeout-scale",
                           "2", "--output-dir", str(tmp_path)], capture_output=True, text=True, timeout=590)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
@@ -42,6 +44,23 @@ def test_quick_run_writes_every_metric_and_the_chart(tmp_path):
     assert results["date"] and results["settings"]["quick"] is True
     assert (tmp_path / "results.png").stat().st_size > 0
     assert "ratio" in run.stdout and "train img/s" in run.stdout
+    # FLOPs counted once, ours equal to timm's layer by layer; GFLOP/s and % of the measured matmul peak
+    assert results["flops"]["ours_equals_timm"] and results["flops"]["macs_per_image"]["64"] > 0
+    eff = results["efficiency"]
+    assert all(_is_measured(value) for value in eff["peaks_gflop_s"].values())
+    for key in ("train_ours", "train_timm", "eval_ours", "eval_timm"):
+        assert _is_measured(eff["rows"][key]["gflop_s"]) and _is_measured(eff["rows"][key]["of_machine_limit"]), key
+    assert "% limit" in run.stdout
+    # the pipeline rows: interleaved rounds, spread printed
+    assert len(results["workers"]["pipeline_ours"]["result"]["rounds_img_s"]) == results["settings"]["pipeline_rounds"]
+    assert "interleaved rounds" in run.stdout
+    # cost curves: every point measured for both frameworks, and the chart
+    rows = results["scaling"]["batch"] + results["scaling"]["resolution"]
+    assert len(rows) == 4
+    for row in rows:
+        for framework in ("ours", "timm"):
+            assert _is_measured(row[framework]["step_s"]) and _is_measured(row[framework]["peak_rss_mb"]), row
+    assert (tmp_path / "scaling.png").stat().st_size > 0
 
 
 def test_a_failed_worker_is_a_reason_in_the_table_not_a_crash():
@@ -66,3 +85,19 @@ def test_the_reason_of_a_failed_worker_is_its_exception_line(tmp_path):
     assert error_line(str(log)) == ": RuntimeError: Allocate memory failed"
     log.write_text("no exception here\n")
     assert error_line(str(log)) == ": no exception here"
+
+
+def test_a_worker_past_the_runs_budget_is_skipped_with_its_reason(tmp_path):
+    from benchmarks.bench import parse_args, run_within_budget
+
+    opt = parse_args(["--quick", "--budget-min", "0.1"])
+    record = run_within_budget("train_ours", opt, str(tmp_path), timeout=120, deadline=0.0)
+    assert not record["ok"] and record["error"] == "skipped: over the run's --budget-min 0.1"
+    assert not list(tmp_path.iterdir())  # nothing was started
+
+
+def test_an_unknown_only_name_is_one_error_line_and_exit_2():
+    run = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench.py"), "--only", "train,bogus"],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2
+    assert "error: --only: unknown bogus" in run.stderr and "Traceback" not in run.stderr

@@ -1,0 +1,160 @@
+"""Running the bench's workers: each in its own subprocess and process group, with a timeout and a
+memory guard, and the machine the numbers come from."""
+import json
+import os
+import platform
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from importlib import metadata
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCH = os.path.join(ROOT, "benchmarks", "bench.py")
+
+
+def machine_info(threads):
+    model = "unknown"
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
+    except OSError:
+        pass
+    versions = {}
+    for package in ("mindspore", "torch", "timm", "numpy", "torchvision", "pillow", "onnxruntime",
+                    "opencv-python-headless", "matplotlib"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    try:
+        with open("/proc/meminfo") as f:
+            mem_gb = round(int(f.readline().split()[1]) / 2 ** 20, 1)
+    except (OSError, ValueError, IndexError):
+        mem_gb = None
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                                timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        commit = None
+    return {"cpu": model, "cores": os.cpu_count(), "usable_cores": available_cores(), "threads": threads,
+            "memory_gb": mem_gb, "load_avg_at_start": list(os.getloadavg()), "platform": platform.platform(),
+            "python": platform.python_version(), **versions, "git_commit": commit}
+
+
+def available_cores():
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+
+
+def group_rss_mb(pgid):
+    """Resident memory of every process in process group ``pgid`` (the worker and its children)."""
+    total = 0
+    page = os.sysconf("SC_PAGE_SIZE")
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:  # fields after the name: state, ppid, pgrp, ..., rss (24th overall)
+            total += int(fields[21]) * page
+    return total / 2 ** 20
+
+
+def last_lines(path, count=15):
+    try:
+        with open(path, errors="replace") as f:
+            lines = [line.rstrip() for line in f if line.strip()]
+    except OSError:
+        return []
+    return lines[-count:]
+
+
+def error_line(log_path):
+    """': <the last exception line of the log>' (else its last line), or ''."""
+    lines = last_lines(log_path, 200)
+    found = [line for line in lines if re.match(r"[\w.]*(Error|Exception|Interrupt)\b", line)]
+    line = (found or lines or [""])[-1]
+    return f": {line[:300]}" if line else ""
+
+
+def run_worker(name, opt, timeout, workdir, key=None, args=(), steps=None):
+    """Run worker ``name`` of bench.py in its own process group; {ok, error, duration_s, result, ...}.
+
+    ``key`` names its json and log files (default: ``name``; a worker run several times needs one
+    per run); ``args`` are more bench.py options (a curve point's --batch, --size); ``steps``
+    replaces --steps.
+    """
+    key = key or name
+    json_out = os.path.join(workdir, f"{key}.json")
+    log_path = os.path.join(workdir, f"{key}.log")
+    command = [sys.executable, BENCH, "--worker", name, "--json-out", json_out,
+               "--threads", str(opt.threads), "--steps", str(steps or opt.steps), *map(str, args)]
+    if opt.data_dir:
+        command += ["--data-dir", opt.data_dir]
+    if opt.quick:
+        command.append("--quick")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+    env.setdefault("GLOG_v", "3")  # MindSpore: errors only in the log
+    limit_mb = opt.max_rss_gb * 1024
+    start, peak_seen, error = time.perf_counter(), 0.0, None
+    with open(log_path, "w") as log:
+        # cwd: MindSpore's kernel-meta and rank directories go to the scratch directory, not the checkout
+        proc = subprocess.Popen(command, cwd=workdir, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+        while proc.poll() is None:
+            time.sleep(0.5)
+            peak_seen = max(peak_seen, group_rss_mb(proc.pid))
+            elapsed = time.perf_counter() - start
+            if elapsed > timeout:
+                error = f"timed out after {timeout:.0f} s"
+            elif peak_seen > limit_mb:
+                error = f"stopped at {peak_seen / 1024:.1f} GB resident, over --max-rss-gb {opt.max_rss_gb:g}"
+            if error:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                break
+    try:  # the worker's children (data workers) may outlive it
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    record = {"ok": False, "error": error, "duration_s": round(time.perf_counter() - start, 1),
+              "timeout_s": timeout, "group_rss_peak_mb_sampled": round(peak_seen), "result": None}
+    if error is None:
+        try:
+            with open(json_out) as f:
+                record["result"] = json.load(f)
+            record["ok"] = True
+        except (OSError, ValueError):
+            signal_name = f" (signal {-proc.returncode}: {signal.Signals(-proc.returncode).name})" \
+                if proc.returncode < 0 else ""
+            record["error"] = f"exit status {proc.returncode}{signal_name}" + error_line(log_path)
+    if not record["ok"]:
+        record["log_tail"] = last_lines(log_path)
+    return record
+
+
+def memory_available_gb():
+    with open("/proc/meminfo") as f:
+        fields = dict(line.split(":", 1) for line in f)
+    return int(fields["MemAvailable"].split()[0]) / 2 ** 20
+
+
+
+def merge_rounds(records):
+    """One record for a worker run in several rounds (the pipelines): ok when every round is.
+
+    Its result: img_s, the median over every timed epoch of every round; rounds_img_s, each
+    round's own median; epochs_img_s, every timed epoch; the rounds' records under "rounds".
+    """
+    failed = [record for record in records if not record["ok"]]
+    merged = {"ok": bool(records) and not failed, "error": failed[0]["error"] if failed else None,
+              "duration_s": round(sum(record["duration_s"] for record in records), 1), "result": None,
+              "rounds": records}
+    if merged["ok"]:
+        epochs = [rate for record in records for rate in record["result"]["epochs_img_s"]]
+        merged["result"] = {"img_s": statistics.median(epochs), "epochs_img_s": epochs,
+                            "rounds_img_s": [record["result"]["img_s"] for record in records]}
+    return merged
