@@ -2,9 +2,9 @@
 
 The deployed network is the eval-mode network (dropout and stochastic depth off) with
 weight standardization folded (src/deploy/fold.py), in float32, traced at batch
-`export_batch_size` and `test_input_size` x `test_input_size`. ONNX additionally
-computes GELU without the Erf operator (src/deploy/gelu.py), because MindSpore's ONNX
-exporter has none, and always uses native Conv operators.
+`export_batch_size` and `test_input_size` x `test_input_size`. ONNX always uses native
+Conv operators, and its GELUs are traced as markers that the written graph turns into
+ONNX's Erf GELU (src/deploy/gelu.py), because MindSpore's ONNX exporter has no Erf.
 
 Every export is portable by default, whatever machine writes it: each convolution is one
 native Conv2D operator (what Ascend 310/910, GPU, MindSpore Lite and ONNX runtimes execute
@@ -59,7 +59,7 @@ def create_deploy_network(network, file_format="MINDIR", conv_impl="native", dyn
     for batch-free forms (src/deploy/onnx_batch.py).
     """
     from .fold import fold_weight_standardization
-    from .gelu import use_elementary_gelu
+    from .gelu import use_onnx_gelu_markers
 
     if conv_impl not in CONV_IMPLS:
         raise DeployError(f"conv_impl must be one of {', '.join(CONV_IMPLS)}, got {conv_impl!r}")
@@ -69,7 +69,7 @@ def create_deploy_network(network, file_format="MINDIR", conv_impl="native", dyn
         conv_impl = "native"
     folded = fold_weight_standardization(network, CONV_IMPLS[conv_impl])
     if file_format == "ONNX":
-        use_elementary_gelu(folded)
+        folded.onnx_gelu_markers = use_onnx_gelu_markers(folded)  # export_network restores them
     if dynamic_batch:
         from .onnx_batch import use_batch_free_cells
 
@@ -102,6 +102,10 @@ def export_network(network, file_format, file_name, batch_size, image_size, over
             ms.export(network, example, file_name=written[:-len(ext)], file_format=file_format)
         if not os.path.isfile(written):
             raise DeployError(f"MindSpore wrote no {file_format} file at {written}")
+        if file_format == "ONNX":
+            from .gelu import restore_erf_gelu
+
+            restore_erf_gelu(written, getattr(network, "onnx_gelu_markers", 0))
         if dynamic_batch:
             from .onnx_batch import make_batch_dynamic
 

@@ -11,19 +11,16 @@ support dynamic shape mode"), so the model is traced at a fixed batch and made d
    the per-tensor shape annotations (value_info, all traced at the fixed batch) are dropped;
    ONNX Runtime infers them again at load time.
 
-Step 2 edits the ONNX protobuf with a schema of just the fields it touches (onnx.proto's
-field numbers: ModelProto.graph = 7; GraphProto.input = 11, output = 12, value_info = 13;
-ValueInfoProto.type = 2; TypeProto.tensor_type = 1; Tensor.shape = 2; TensorShapeProto.dim = 1;
-Dimension.dim_value = 1, dim_param = 2; https://github.com/onnx/onnx/blob/main/onnx/onnx.proto).
-Protobuf keeps every other field as unknown fields and writes them back unchanged, so the
-`onnx` package is not needed.
+Step 2 edits the ONNX protobuf through src/deploy/onnx_proto.py (a schema of just the fields
+the edits touch), so the `onnx` package is not needed.
 """
 from mindspore import nn, ops
 
-from src.atomic import write_atomic
 from src.models.layers.replace import replace_cells
 from src.models.layers.squeeze_excite import SqueezeExcite
 from src.models.nfnet import ClassifierHead
+
+from .onnx_proto import read_model, write_model
 
 BATCH_DIM = "batch"
 
@@ -62,48 +59,13 @@ def use_batch_free_cells(network):
                             lambda _name, head: BatchFreeHead(head)))
 
 
-def _onnx_schema():
-    """Message classes for the part of onnx.proto that holds the graph's input/output shapes."""
-    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-
-    F = descriptor_pb2.FieldDescriptorProto
-    messages = {
-        "Dimension": [("dim_value", 1, F.TYPE_INT64, None, F.LABEL_OPTIONAL),
-                      ("dim_param", 2, F.TYPE_STRING, None, F.LABEL_OPTIONAL)],
-        "TensorShapeProto": [("dim", 1, F.TYPE_MESSAGE, "Dimension", F.LABEL_REPEATED)],
-        "TensorTypeProto": [("elem_type", 1, F.TYPE_INT32, None, F.LABEL_OPTIONAL),
-                            ("shape", 2, F.TYPE_MESSAGE, "TensorShapeProto", F.LABEL_OPTIONAL)],
-        "TypeProto": [("tensor_type", 1, F.TYPE_MESSAGE, "TensorTypeProto", F.LABEL_OPTIONAL)],
-        "ValueInfoProto": [("name", 1, F.TYPE_STRING, None, F.LABEL_OPTIONAL),
-                           ("type", 2, F.TYPE_MESSAGE, "TypeProto", F.LABEL_OPTIONAL)],
-        "GraphProto": [("input", 11, F.TYPE_MESSAGE, "ValueInfoProto", F.LABEL_REPEATED),
-                       ("output", 12, F.TYPE_MESSAGE, "ValueInfoProto", F.LABEL_REPEATED),
-                       ("value_info", 13, F.TYPE_MESSAGE, "ValueInfoProto", F.LABEL_REPEATED)],
-        "ModelProto": [("graph", 7, F.TYPE_MESSAGE, "GraphProto", F.LABEL_OPTIONAL)],
-    }
-    proto = descriptor_pb2.FileDescriptorProto(name="nfnet_onnx_subset.proto", package="nfnet_onnx_subset",
-                                               syntax="proto2")
-    for name, fields in messages.items():
-        message = proto.message_type.add(name=name)
-        for field, number, kind, type_name, label in fields:
-            entry = message.field.add(name=field, number=number, type=kind, label=label)
-            if type_name:
-                entry.type_name = f".nfnet_onnx_subset.{type_name}"
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(proto)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName("nfnet_onnx_subset.ModelProto"))
-
-
 def make_batch_dynamic(path):
     """Rewrite the ONNX file at `path`: first dimension of every graph input and output -> "batch"."""
-    model_class = _onnx_schema()
-    model = model_class()
-    with open(path, "rb") as f:
-        model.ParseFromString(f.read())
+    model = read_model(path)
     for value in list(model.graph.input) + list(model.graph.output):
         dims = value.type.tensor_type.shape.dim
         if len(dims):
             dims[0].ClearField("dim_value")
             dims[0].dim_param = BATCH_DIM
     del model.graph.value_info[:]
-    write_atomic(path, model.SerializeToString())
+    write_model(path, model)
