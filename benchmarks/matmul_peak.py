@@ -33,6 +33,8 @@ def gflop(groups, m, k, n):
 
 def _rates(shapes, make_run, repeats):
     """{name: {shape, gflop, gflop_s, median_gflop_s, times_s}} per shape; ``make_run(g, m, k, n)`` -> callable."""
+    from benchmarks.report import significant  # a fixed number of decimals rounds small rates to 0
+
     out = {}
     for name, groups, m, k, n in shapes:
         run = make_run(groups, m, k, n)
@@ -43,8 +45,9 @@ def _rates(shapes, make_run, repeats):
             run()
             times.append(time.perf_counter() - start)
         work = gflop(groups, m, k, n)
-        out[name] = {"shape": [groups, m, k, n], "gflop": round(work, 3), "gflop_s": round(work / min(times), 1),
-                     "median_gflop_s": round(work / statistics.median(times), 1), "times_s": times}
+        out[name] = {"shape": [groups, m, k, n], "gflop": significant(work),
+                     "gflop_s": significant(work / min(times)),
+                     "median_gflop_s": significant(work / statistics.median(times)), "times_s": times}
     return out
 
 
