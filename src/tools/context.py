@@ -205,25 +205,29 @@ def _local_rank(rank):
 # The per-step agreement of StopOnSignal is an eager all_reduce, whose failure names the operator otherwise.
 _COLLECTIVE_FAILURE = re.compile(r"Launch kernel failed: \S*?(AllReduce|AllGather|ReduceScatter|Broadcast)|"
                                  r"\b(AllReduce|AllGather|Broadcast)\b[^\n]*\b(?:fail|time)", re.I)
+# raised from the next graph run when MindSpore's heartbeat has declared a node lost (measured: 2.10, CPU)
+_CLUSTER_ERROR = re.compile(r"state of the cluster is error, total nodes num: (\d+), abnormal nodes num: (\d+)")
 
 
 @contextlib.contextmanager
 def lost_rank_ends_process(cluster_timeout):
     """In a distributed run, a collective operation that fails inside the block ends this process at once.
 
-    Such a failure means another rank died or stalled beyond cluster_timeout (MS_NODE_TIMEOUT). MindSpore
-    raises it as a RuntimeError, then holds the process about 25 s in its shutdown before it kills it with
+    Such a failure means another rank died or stalled beyond cluster_timeout (MS_NODE_TIMEOUT): a failed
+    collective, or "The state of the cluster is error" once MindSpore's heartbeat has declared a node
+    lost. MindSpore raises either as a RuntimeError, then holds the process about 25 s in its shutdown before it kills it with
     SIGTERM (measured on CPU). Instead this prints one `error:` line and exits with status 1 right away.
     """
     try:
         yield
     except RuntimeError as exc:
-        found = _COLLECTIVE_FAILURE.search(str(exc))
-        if found is None or not launched_distributed():
+        found, lost = _COLLECTIVE_FAILURE.search(str(exc)), _CLUSTER_ERROR.search(str(exc))
+        if (found is None and lost is None) or not launched_distributed():
             raise
         from mindspore.communication import get_rank
 
+        what = f"{found[1] or found[2]} failed" if found else f"MindSpore's heartbeat lost {lost[2]} of {lost[1]} nodes"
         sys.stdout.flush()
-        print(f"error: rank {get_rank()}: {found[1] or found[2]} failed: another rank stopped or did not answer within "
+        print(f"error: rank {get_rank()}: {what}: another rank stopped or did not answer within "
               f"cluster_timeout ({cluster_timeout} s); stopping this rank too", file=sys.stderr, flush=True)
         os._exit(1)  # a normal exit would wait in MindSpore's shutdown for the lost rank

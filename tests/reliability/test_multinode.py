@@ -118,7 +118,10 @@ def test_a_killed_node_takes_its_worker_along_and_the_other_node_stops_within_th
     assert len(errors) == 1 and "Traceback" not in stderr, stderr[-3000:]
     # node 1's worker got SIGTERM from the kernel (its launcher, then msrun died): every rank finished the step
     # and rank 0 wrote a checkpoint; or, if rank 1 died first, rank 0 lost its all-reduce partner
-    if node0.returncode == 143:
+    if node0.returncode == 143 and "was killed by signal 15" in errors[0]:
+        # or MindSpore's scheduler declared node 1 lost first and ended rank 0 itself (SIGTERM to the worker)
+        assert errors[0].startswith("error: worker 0 (pid ") and "MindSpore stops a worker this way" in errors[0]
+    elif node0.returncode == 143:
         assert errors[0].startswith("error: worker 0 (pid ") and "stopped on SIGTERM after the job's checkpoint" \
             in errors[0]
         stop = re.search(r"stopped by SIGTERM after epoch (\d+) step (\d+)/5: saved (\S+);", read_text(log))
