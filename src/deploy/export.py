@@ -69,7 +69,7 @@ def create_deploy_network(network, file_format="MINDIR", conv_impl="native", dyn
         conv_impl = "native"
     folded = fold_weight_standardization(network, CONV_IMPLS[conv_impl])
     if file_format == "ONNX":
-        folded.onnx_gelu_markers = use_onnx_gelu_markers(folded)  # export_network restores them
+        use_onnx_gelu_markers(folded)  # export_network turns them into ONNX's Erf GELU
     if dynamic_batch:
         from .onnx_batch import use_batch_free_cells
 
@@ -103,9 +103,9 @@ def export_network(network, file_format, file_name, batch_size, image_size, over
         if not os.path.isfile(written):
             raise DeployError(f"MindSpore wrote no {file_format} file at {written}")
         if file_format == "ONNX":
-            from .gelu import restore_erf_gelu
+            from .gelu import count_markers, restore_erf_gelu
 
-            restore_erf_gelu(written, getattr(network, "onnx_gelu_markers", 0))
+            restore_erf_gelu(written, count_markers(network))
         if dynamic_batch:
             from .onnx_batch import make_batch_dynamic
 

@@ -53,6 +53,11 @@ def use_onnx_gelu_markers(network):
                          lambda _name, act: OnnxGeluMarker(act.gamma))
 
 
+def count_markers(network):
+    """How many OnnxGeluMarker cells `network` holds: the Tanh nodes its ONNX graph must have."""
+    return sum(isinstance(cell, OnnxGeluMarker) for _, cell in network.cells_and_names())
+
+
 def restore_erf_gelu(path, expected):
     """Rewrite the ONNX file at `path`: each of its `expected` Tanh markers becomes the exact GELU."""
     model = read_model(path)

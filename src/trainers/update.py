@@ -91,7 +91,7 @@ class GradientUpdate(nn.Cell):
         self.accumulation_step = int(accumulation_step)
         self.hyper_map = ops.HyperMap()
         self.finite_kernel = None
-        if active_forms().fused_kernels and all(w.dtype == mindspore.float32 for w in self.weights):
+        if active_forms().fused_kernels:  # gradients of the float32 master weights
             from src.models.layers.cpu_kernels import all_finite_op
 
             self.finite_kernel = all_finite_op()

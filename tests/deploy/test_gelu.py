@@ -16,7 +16,7 @@ GAMMA = 1.7015043497085571
 
 
 def _export(net, path, size=16):
-    net.onnx_gelu_markers = use_onnx_gelu_markers(net)
+    use_onnx_gelu_markers(net)
     return export_network(net, "ONNX", str(path), 1, size, overwrite=True)
 
 
