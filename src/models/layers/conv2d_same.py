@@ -122,7 +122,8 @@ class Conv2dSameMatmul(nn.Cell):
 
     Autodiff of the slices would save the k*k-times-larger patches for the backward and
     build one input-sized zero tensor per slice in it. Here the backward recomputes the
-    patches once for the weight gradient, and gets the input gradient as the standard
+    patches once for the weight gradient (after the output gradient exists, so that the graph
+    optimizer cannot reuse the forward's and keep them alive: tests/models/test_conv_memory.py), and gets the input gradient as the standard
     transposed convolution: the output gradient dilated by the stride, padded, and
     correlated with the flipped, in/out-swapped kernel, through the same im2col + matmul
     (the flip as reversed taps: ReverseV2 on the weights cost 0.5 s per F0 step).
@@ -144,7 +145,10 @@ class Conv2dSameMatmul(nn.Cell):
         og = out_channels // groups
         top, bottom, oh = same_padding(h, kh, stride)
         left, right, ow = same_padding(w, kw, stride)
-        # weight gradient: dy @ columns^T, the batch folded into the columns as in the forward
+        # weight gradient: dy @ columns^T, the batch folded into the columns as in the forward.
+        # x depends on dout so that MindSpore's common-subexpression pass cannot merge these
+        # slices with the forward's, which would keep every layer's patches until the backward.
+        x = ops.depend(x, dout)
         padded = _zero_pad(_zero_pad(x, top, bottom, 2), left, right, 3)
         _, patches = _im2col_matmul(padded, weight, stride, groups, oh, ow)
         dy = dout.transpose(1, 0, 2, 3).reshape(groups, og, n * oh * ow)
