@@ -123,8 +123,8 @@ class Conv2dSameMatmul(nn.Cell):
     Autodiff of the slices would save the k*k-times-larger patches for the backward and
     build one input-sized zero tensor per slice in it. Here the backward recomputes the
     patches once for the weight gradient (after the output gradient exists, so that the graph
-    optimizer cannot reuse the forward's and keep them alive: tests/models/test_conv_memory.py), and gets the input gradient as the standard
-    transposed convolution: the output gradient dilated by the stride, padded, and
+    optimizer cannot reuse the forward's and keep them alive), and gets the input gradient as
+    the standard transposed convolution: the output gradient dilated by the stride, padded, and
     correlated with the flipped, in/out-swapped kernel, through the same im2col + matmul
     (the flip as reversed taps: ReverseV2 on the weights cost 0.5 s per F0 step).
     """
