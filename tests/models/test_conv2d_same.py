@@ -1,5 +1,5 @@
-"""The CPU im2col+matmul convolutions (operators and fused kernels) equal MindSpore's native SAME
-convolution and TF SAME."""
+"""The CPU convolutions (im2col + matmul as operators and as fused kernels, oneDNN's through the
+fused library) equal MindSpore's native SAME convolution and TF SAME."""
 import mindspore as ms
 import numpy as np
 import pytest
@@ -30,8 +30,9 @@ def test_matmul_convolution_equals_native_kernel_forward_and_backward(n, c, h, w
     convs = {impl: (lambda xx, ww, bb, impl=impl: conv2d_same(xx, ww, bb, stride, groups, impl))
              for impl in ("native", "matmul")}
     convs["cell"] = lambda xx, ww, bb: ops.bias_add(cell(xx, ww), bb)
-    if cpu_kernels.available():  # the training layer with the fused CPU kernels
+    if cpu_kernels.available():  # the training layer with the fused CPU kernels: oneDNN's and im2col
         convs["fused"] = cpu_kernels.FusedConv2dSame(k, stride, groups)
+        convs["fused_im2col"] = cpu_kernels.FusedConv2dSame(k, stride, groups, onednn=False)
     results = {}
     for impl, conv in convs.items():
         def loss(xx, ww, bb, conv=conv):
@@ -73,3 +74,11 @@ def test_graph_mode_training_through_stride_two_convs_runs_past_six_steps():
         assert np.isfinite(losses).all()
     finally:
         ms.set_context(mode=ms.PYNATIVE_MODE)
+
+
+def test_convolutions_run_through_mindspores_onednn(fused_kernels):
+    """MindSpore's wheel ships oneDNN 3.x with the threadpool runtime: the fused library links it."""
+    if not cpu_kernels.dnnl_available():
+        pytest.skip("the fused library was built without oneDNN (mindspore/lib/libdnnl.so.3 missing or not 3.x)")
+    conv = cpu_kernels.FusedConv2dSame(3, 2, 2)
+    assert conv.use_dnnl and not cpu_kernels.FusedConv2dSame(3, 2, 2, onednn=False).use_dnnl

@@ -48,8 +48,10 @@ INPUT_MB = 8 * 128 * 48 * 48 * 4 / 2**20  # 9 MB per layer input; its columns ar
 
 
 def _peak_mb(script, layers, form):
+    # NFNET_ONEDNN=0: the im2col convolutions (oneDNN's keep no columns at all)
     result = subprocess.run([sys.executable, str(script), str(layers), form], cwd=ROOT, capture_output=True,
-                            text=True, timeout=170, check=False, env=dict(os.environ, PYTHONPATH=ROOT))
+                            text=True, timeout=170, check=False,
+                            env=dict(os.environ, PYTHONPATH=ROOT, NFNET_ONEDNN="0"))
     assert result.returncode == 0, result.stderr[-2000:]
     return int(result.stdout.strip().splitlines()[-1])
 

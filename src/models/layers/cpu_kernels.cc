@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -613,3 +614,262 @@ extern "C" int MulRowsBackward(int nparam, void **params, int *ndims, int64_t **
   });
   return 0;
 }
+
+#ifdef NFNET_WITH_DNNL
+// ---------------------------------------------------------------------------------------------
+// Convolutions through oneDNN, the copy MindSpore's wheel ships (mindspore/lib/libdnnl.so.3,
+// oneDNN 3.x built with the threadpool runtime). MindSpore's own Conv2D hands it plain weights,
+// for which oneDNN picks a reference kernel (measured: 1 GFLOP/s); with the weights reordered
+// into the layout each primitive asks for, the same library runs F0's convolutions on NCHW
+// tensors at 190-215 GFLOP/s, with no im2col columns. The declarations are oneDNN's documented
+// C API (dnnl.h, dnnl_types.h and dnnl_threadpool_iface.hpp of oneDNN 3.x; enum values as
+// published there).
+extern "C" {
+typedef struct dnnl_engine *dnnl_engine_t;
+typedef struct dnnl_stream *dnnl_stream_t;
+typedef struct dnnl_memory_desc *dnnl_memory_desc_t;
+typedef const struct dnnl_memory_desc *const_dnnl_memory_desc_t;
+typedef struct dnnl_primitive_desc *dnnl_primitive_desc_t;
+typedef struct dnnl_primitive *dnnl_primitive_t;
+typedef struct dnnl_memory *dnnl_memory_t;
+typedef int64_t dnnl_dims_t[12];
+typedef struct {
+  int arg;
+  dnnl_memory_t memory;
+} dnnl_exec_arg_t;
+int dnnl_engine_create(dnnl_engine_t *engine, int kind, size_t index);
+int dnnl_threadpool_interop_stream_create(dnnl_stream_t *stream, dnnl_engine_t engine, void *threadpool);
+int dnnl_memory_desc_create_with_tag(dnnl_memory_desc_t *desc, int ndims, const dnnl_dims_t dims, int data_type,
+                                     int tag);
+int dnnl_memory_desc_destroy(dnnl_memory_desc_t desc);
+size_t dnnl_memory_desc_get_size(const_dnnl_memory_desc_t desc);
+int dnnl_convolution_forward_primitive_desc_create(dnnl_primitive_desc_t *pd, dnnl_engine_t engine, int prop_kind,
+                                                   int alg_kind, const_dnnl_memory_desc_t src,
+                                                   const_dnnl_memory_desc_t weights, const_dnnl_memory_desc_t bias,
+                                                   const_dnnl_memory_desc_t dst, const dnnl_dims_t strides,
+                                                   const dnnl_dims_t dilates, const dnnl_dims_t padding_l,
+                                                   const dnnl_dims_t padding_r, const void *attr);
+int dnnl_convolution_backward_data_primitive_desc_create(dnnl_primitive_desc_t *pd, dnnl_engine_t engine, int alg_kind,
+                                                         const_dnnl_memory_desc_t diff_src,
+                                                         const_dnnl_memory_desc_t weights,
+                                                         const_dnnl_memory_desc_t diff_dst, const dnnl_dims_t strides,
+                                                         const dnnl_dims_t dilates, const dnnl_dims_t padding_l,
+                                                         const dnnl_dims_t padding_r, const dnnl_primitive_desc_t hint,
+                                                         const void *attr);
+int dnnl_convolution_backward_weights_primitive_desc_create(
+    dnnl_primitive_desc_t *pd, dnnl_engine_t engine, int alg_kind, const_dnnl_memory_desc_t src,
+    const_dnnl_memory_desc_t diff_weights, const_dnnl_memory_desc_t diff_bias, const_dnnl_memory_desc_t diff_dst,
+    const dnnl_dims_t strides, const dnnl_dims_t dilates, const dnnl_dims_t padding_l, const dnnl_dims_t padding_r,
+    const dnnl_primitive_desc_t hint, const void *attr);
+int dnnl_reorder_primitive_desc_create(dnnl_primitive_desc_t *pd, const_dnnl_memory_desc_t src, dnnl_engine_t src_engine,
+                                       const_dnnl_memory_desc_t dst, dnnl_engine_t dst_engine, const void *attr);
+const_dnnl_memory_desc_t dnnl_primitive_desc_query_md(const dnnl_primitive_desc_t pd, int what, int index);
+int dnnl_primitive_desc_destroy(dnnl_primitive_desc_t pd);
+int dnnl_primitive_create(dnnl_primitive_t *primitive, const dnnl_primitive_desc_t pd);
+int dnnl_memory_create(dnnl_memory_t *memory, const_dnnl_memory_desc_t desc, dnnl_engine_t engine, void *handle);
+int dnnl_memory_set_data_handle(dnnl_memory_t memory, void *handle);
+int dnnl_primitive_execute(const dnnl_primitive_t primitive, dnnl_stream_t stream, int nargs,
+                           const dnnl_exec_arg_t *args);
+int dnnl_stream_wait(dnnl_stream_t stream);
+}
+
+namespace {
+
+constexpr int kDnnlCpu = 1, kDnnlF32 = 3, kTagAny = 1, kTagA = 2, kTagAbcd = 5, kTagAbcde = 6;
+constexpr int kForwardTraining = 64, kConvolutionDirect = 1;
+constexpr int kQueryWeightsMd = 131, kQueryDiffWeightsMd = 132;
+constexpr int kArgSrc = 1, kArgDst = 17, kArgWeights = 33, kArgBias = 41;
+constexpr int kArgDiffSrc = 129, kArgDiffDst = 145, kArgDiffWeights = 161, kArgDiffBias = 169;
+
+thread_local bool t_in_dnnl_parallel = false;
+
+// oneDNN's threadpool interface (dnnl::threadpool_interop::threadpool_iface): the same virtual
+// functions in the same order, run on this library's pool.
+struct DnnlThreadpool {
+  virtual int get_num_threads() const { return threads(); }
+  virtual bool get_in_parallel() const { return t_in_dnnl_parallel; }
+  virtual void parallel_for(int n, const std::function<void(int, int)> &fn) {
+    g_pool.parallel_for(n, threads(), [&](int64_t begin, int64_t end) {
+      const bool outer = t_in_dnnl_parallel;
+      t_in_dnnl_parallel = true;
+      for (int64_t i = begin; i < end; ++i) fn(static_cast<int>(i), n);
+      t_in_dnnl_parallel = outer;
+    });
+  }
+  virtual uint64_t get_flags() const { return 0; }  // synchronous
+  virtual void wait() {}
+  virtual ~DnnlThreadpool() = default;
+};
+
+// One convolution geometry: forward, backward-data and backward-weights primitives on NCHW
+// tensors. Each call reorders the weights into (or the weight gradient out of) the layout its
+// primitive asked for, in the context's shared buffer: no per-layer copy of the weights stays.
+struct DnnlConv {
+  dnnl_primitive_t forward = nullptr, backward_data = nullptr, backward_weights = nullptr;
+  dnnl_primitive_t to_forward_weights = nullptr, to_data_weights = nullptr, from_diff_weights = nullptr;
+  dnnl_memory_t src = nullptr, dst = nullptr, bias = nullptr, user_weights = nullptr;
+  dnnl_memory_t forward_weights = nullptr, data_weights = nullptr, diff_weights = nullptr;
+};
+
+struct DnnlContext {
+  dnnl_engine_t engine = nullptr;
+  dnnl_stream_t stream = nullptr;
+  DnnlThreadpool pool;
+  std::mutex run;  // one creation or execution at a time: the stream and the buffer are shared
+  std::vector<std::pair<std::vector<int64_t>, std::unique_ptr<DnnlConv>>> convs;  // keyed by geometry
+  std::vector<float> buffer;
+
+  void *weights_buffer(size_t bytes) {  // 4096-byte aligned, grown as needed
+    if (buffer.size() * sizeof(float) < bytes + 4096) buffer.resize((bytes + 4096) / sizeof(float) + 1);
+    const uintptr_t p = reinterpret_cast<uintptr_t>(buffer.data());
+    return reinterpret_cast<void *>((p + 4095) & ~static_cast<uintptr_t>(4095));
+  }
+};
+
+DnnlContext &dnnl_context() {
+  static DnnlContext context;
+  return context;
+}
+
+// A reorder primitive from `from` to `to` and a memory of layout `md` (handle set per call).
+bool dnnl_reorder(dnnl_engine_t engine, const_dnnl_memory_desc_t from, const_dnnl_memory_desc_t to,
+                  const_dnnl_memory_desc_t md, dnnl_primitive_t *reorder, dnnl_memory_t *memory) {
+  dnnl_primitive_desc_t pd = nullptr;
+  const bool ok = dnnl_reorder_primitive_desc_create(&pd, from, engine, to, engine, nullptr) == 0 &&
+                  dnnl_primitive_create(reorder, pd) == 0 && dnnl_memory_create(memory, md, engine, nullptr) == 0;
+  if (pd) dnnl_primitive_desc_destroy(pd);
+  return ok;
+}
+
+// The primitives of one convolution geometry, made on first use (nullptr if oneDNN refuses
+// them). Call with the context's `run` held.
+DnnlConv *dnnl_conv(const ConvGeometry &g, int64_t out_channels, int64_t groups) {
+  DnnlContext &ctx = dnnl_context();
+  const std::vector<int64_t> key = {g.n, g.c, g.h, g.w, out_channels, g.kh, g.kw, g.stride, groups};
+  for (auto &entry : ctx.convs)
+    if (entry.first == key) return entry.second.get();
+  if (ctx.engine == nullptr && (dnnl_engine_create(&ctx.engine, kDnnlCpu, 0) != 0 ||
+                                dnnl_threadpool_interop_stream_create(&ctx.stream, ctx.engine, &ctx.pool) != 0))
+    return nullptr;
+  const int64_t bottom = std::max<int64_t>((g.oh - 1) * g.stride + g.kh - g.h, 0) - g.top;
+  const int64_t right = std::max<int64_t>((g.ow - 1) * g.stride + g.kw - g.w, 0) - g.left;
+  const dnnl_dims_t src_dims = {g.n, g.c, g.h, g.w}, dst_dims = {g.n, out_channels, g.oh, g.ow};
+  const dnnl_dims_t bias_dims = {out_channels}, strides = {g.stride, g.stride}, dilates = {0, 0};
+  const dnnl_dims_t pad_l = {g.top, g.left}, pad_r = {bottom, right};
+  dnnl_dims_t weight_dims = {groups, out_channels / groups, g.c / groups, g.kh, g.kw};  // (g, o, i, kh, kw)
+  if (groups == 1) std::copy(weight_dims + 1, weight_dims + 5, weight_dims);          // (o, i, kh, kw)
+  const int weight_ndims = groups == 1 ? 4 : 5;
+  dnnl_memory_desc_t src_md, dst_md, bias_md, user_md, any_md;
+  dnnl_memory_desc_create_with_tag(&src_md, 4, src_dims, kDnnlF32, kTagAbcd);
+  dnnl_memory_desc_create_with_tag(&dst_md, 4, dst_dims, kDnnlF32, kTagAbcd);
+  dnnl_memory_desc_create_with_tag(&bias_md, 1, bias_dims, kDnnlF32, kTagA);
+  dnnl_memory_desc_create_with_tag(&user_md, weight_ndims, weight_dims, kDnnlF32,
+                                   groups == 1 ? kTagAbcd : kTagAbcde);
+  dnnl_memory_desc_create_with_tag(&any_md, weight_ndims, weight_dims, kDnnlF32, kTagAny);
+  auto conv = std::make_unique<DnnlConv>();
+  dnnl_primitive_desc_t fwd = nullptr, bwd_data = nullptr, bwd_weights = nullptr;
+  bool ok =
+      dnnl_convolution_forward_primitive_desc_create(&fwd, ctx.engine, kForwardTraining, kConvolutionDirect, src_md,
+                                                     any_md, bias_md, dst_md, strides, dilates, pad_l, pad_r,
+                                                     nullptr) == 0 &&
+      dnnl_convolution_backward_data_primitive_desc_create(&bwd_data, ctx.engine, kConvolutionDirect, src_md, any_md,
+                                                           dst_md, strides, dilates, pad_l, pad_r, fwd, nullptr) == 0 &&
+      dnnl_convolution_backward_weights_primitive_desc_create(&bwd_weights, ctx.engine, kConvolutionDirect, src_md,
+                                                              any_md, bias_md, dst_md, strides, dilates, pad_l, pad_r,
+                                                              fwd, nullptr) == 0;
+  if (ok) {
+    const_dnnl_memory_desc_t fwd_md = dnnl_primitive_desc_query_md(fwd, kQueryWeightsMd, 0);
+    const_dnnl_memory_desc_t data_md = dnnl_primitive_desc_query_md(bwd_data, kQueryWeightsMd, 0);
+    const_dnnl_memory_desc_t diff_md = dnnl_primitive_desc_query_md(bwd_weights, kQueryDiffWeightsMd, 0);
+    ok = dnnl_primitive_create(&conv->forward, fwd) == 0 && dnnl_primitive_create(&conv->backward_data, bwd_data) == 0 &&
+         dnnl_primitive_create(&conv->backward_weights, bwd_weights) == 0 &&
+         dnnl_reorder(ctx.engine, user_md, fwd_md, fwd_md, &conv->to_forward_weights, &conv->forward_weights) &&
+         dnnl_reorder(ctx.engine, user_md, data_md, data_md, &conv->to_data_weights, &conv->data_weights) &&
+         dnnl_reorder(ctx.engine, diff_md, user_md, diff_md, &conv->from_diff_weights, &conv->diff_weights) &&
+         dnnl_memory_create(&conv->src, src_md, ctx.engine, nullptr) == 0 &&
+         dnnl_memory_create(&conv->dst, dst_md, ctx.engine, nullptr) == 0 &&
+         dnnl_memory_create(&conv->bias, bias_md, ctx.engine, nullptr) == 0 &&
+         dnnl_memory_create(&conv->user_weights, user_md, ctx.engine, nullptr) == 0;
+    const size_t bytes = std::max({dnnl_memory_desc_get_size(fwd_md), dnnl_memory_desc_get_size(data_md),
+                                   dnnl_memory_desc_get_size(diff_md)});
+    if (ok) ctx.weights_buffer(bytes);
+  }
+  for (auto pd : {fwd, bwd_data, bwd_weights})
+    if (pd) dnnl_primitive_desc_destroy(pd);
+  for (auto md : {src_md, dst_md, bias_md, user_md, any_md}) dnnl_memory_desc_destroy(md);
+  if (!ok) return nullptr;
+  ctx.convs.emplace_back(key, std::move(conv));
+  return ctx.convs.back().second.get();
+}
+
+// Runs `reorder` then `primitive` (or `primitive` then `reorder` when `reorder_after`).
+bool dnnl_run(DnnlContext &ctx, dnnl_primitive_t primitive, const std::vector<dnnl_exec_arg_t> &args,
+              dnnl_primitive_t reorder, dnnl_memory_t from, dnnl_memory_t to, bool reorder_after) {
+  const dnnl_exec_arg_t reorder_args[2] = {{kArgSrc, from}, {kArgDst, to}};
+  if (!reorder_after && dnnl_primitive_execute(reorder, ctx.stream, 2, reorder_args) != 0) return false;
+  if (dnnl_primitive_execute(primitive, ctx.stream, static_cast<int>(args.size()), args.data()) != 0) return false;
+  if (reorder_after && dnnl_primitive_execute(reorder, ctx.stream, 2, reorder_args) != 0) return false;
+  return dnnl_stream_wait(ctx.stream) == 0;
+}
+
+// The convolution of the geometry input (kh, kw, stride, groups), weight shape `w` and input shape `x`.
+DnnlConv *dnnl_conv_for(const int64_t *x, const int64_t *w, int geometry_ndim, const int64_t *geometry) {
+  ConvGeometry g;
+  if (geometry_ndim != 4 || !conv_geometry(x, 3, geometry, &g) || geometry[3] < 1) return nullptr;
+  return dnnl_conv(g, w[0], geometry[3]);
+}
+
+}  // namespace
+
+// SAME-padded NCHW convolution plus bias (the forward of FusedConv2dSame). params: x (n, c, h, w),
+// weight (out, c / groups, kh, kw), bias (out,), geometry (kh, kw, stride, groups) int32 (only its
+// shape is read), y (n, out, oh, ow).
+extern "C" int DnnlConvForward(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *,
+                               void *) {
+  if (nparam != 5 || ndims[0] != 4 || ndims[1] != 4 || !all_float32(3, dtypes) ||
+      std::strcmp(dtypes[4], "float32") != 0) return 1;
+  DnnlContext &ctx = dnnl_context();
+  std::lock_guard<std::mutex> lock(ctx.run);
+  DnnlConv *conv = dnnl_conv_for(shapes[0], shapes[1], ndims[3], shapes[3]);
+  if (conv == nullptr) return 1;
+  dnnl_memory_set_data_handle(conv->src, params[0]);
+  dnnl_memory_set_data_handle(conv->user_weights, params[1]);
+  dnnl_memory_set_data_handle(conv->bias, params[2]);
+  dnnl_memory_set_data_handle(conv->dst, params[4]);
+  dnnl_memory_set_data_handle(conv->forward_weights, ctx.weights_buffer(0));
+  return dnnl_run(ctx, conv->forward,
+                  {{kArgSrc, conv->src}, {kArgWeights, conv->forward_weights}, {kArgBias, conv->bias},
+                   {kArgDst, conv->dst}},
+                  conv->to_forward_weights, conv->user_weights, conv->forward_weights, false) ? 0 : 1;
+}
+
+// The gradients of DnnlConvForward, in one call (the two backward primitives share the cores
+// instead of being scheduled side by side). params: x (n, c, h, w), dy (n, out, oh, ow), weight
+// (out, c / groups, kh, kw), geometry (only its shape is read), dx, dweight, dbias.
+extern "C" int DnnlConvBackward(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *,
+                                void *) {
+  if (nparam != 7 || ndims[0] != 4 || ndims[1] != 4 || ndims[2] != 4 || !all_float32(3, dtypes) ||
+      std::strcmp(dtypes[4], "float32") != 0 || std::strcmp(dtypes[5], "float32") != 0 ||
+      std::strcmp(dtypes[6], "float32") != 0) return 1;
+  DnnlContext &ctx = dnnl_context();
+  std::lock_guard<std::mutex> lock(ctx.run);
+  DnnlConv *conv = dnnl_conv_for(shapes[0], shapes[2], ndims[3], shapes[3]);
+  if (conv == nullptr) return 1;
+  dnnl_memory_set_data_handle(conv->dst, params[1]);  // the forward's NCHW memories hold the gradients
+  dnnl_memory_set_data_handle(conv->user_weights, params[2]);
+  dnnl_memory_set_data_handle(conv->src, params[4]);
+  dnnl_memory_set_data_handle(conv->data_weights, ctx.weights_buffer(0));
+  if (!dnnl_run(ctx, conv->backward_data,
+                {{kArgDiffDst, conv->dst}, {kArgWeights, conv->data_weights}, {kArgDiffSrc, conv->src}},
+                conv->to_data_weights, conv->user_weights, conv->data_weights, false))
+    return 1;
+  dnnl_memory_set_data_handle(conv->src, params[0]);
+  dnnl_memory_set_data_handle(conv->user_weights, params[5]);
+  dnnl_memory_set_data_handle(conv->bias, params[6]);
+  dnnl_memory_set_data_handle(conv->diff_weights, ctx.weights_buffer(0));
+  return dnnl_run(ctx, conv->backward_weights,
+                  {{kArgSrc, conv->src}, {kArgDiffDst, conv->dst}, {kArgDiffWeights, conv->diff_weights},
+                   {kArgDiffBias, conv->bias}},
+                  conv->from_diff_weights, conv->diff_weights, conv->user_weights, true) ? 0 : 1;
+}
+#endif  // NFNET_WITH_DNNL
