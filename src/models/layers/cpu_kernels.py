@@ -262,16 +262,16 @@ class FusedConv2dSame(Conv2dSame):
     convolution primitives, with the weights reordered per call into the layout each asks for:
     no columns at all (F0 train step b8@192: 2.40-2.46 s against 2.63-2.80 s with im2col).
 
-    Otherwise: fused im2col, one (per group
-    batched) matmul, and a fused transpose-to-NCHW with the bias add; the backward recomputes
-    the columns for the weight gradient and scatters the column gradient back (col2im).
+    Otherwise: fused im2col, one (per group batched) matmul, and a fused transpose-to-NCHW
+    with the bias add; the backward recomputes the columns for the weight gradient and scatters
+    the column gradient back (col2im).
 
     Replaces, per convolution, the zero-padding Concat, the input/output Transposes, k*k
     Slices and a Stack of conv2d_same.Conv2dSameMatmul (about 1.4 s of a 5.3 s F0 train
     step at batch 8, 192x192, profiled) with one pass each.
     """
 
-    impl = "matmul"  # im2col + matmul, as Im2ColConv2dSame (or oneDNN's convolutions: see below)
+    impl = "matmul"  # im2col + matmul as Im2ColConv2dSame, or oneDNN's convolutions (docstring)
 
     def __init__(self, kernel_size, stride=1, groups=1, onednn=None):
         super().__init__(int(kernel_size), int(stride), int(groups))
