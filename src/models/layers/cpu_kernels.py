@@ -254,6 +254,12 @@ def all_finite_op():
     return _custom("AllFinite", lambda x: (1,), lambda x: x)
 
 
+def _out_hw(x_shape, geometry_shape):
+    """(oh, ow) of TensorFlow SAME for an NCHW input shape and a (kh, kw, stride, ...) geometry shape."""
+    kh, kw, stride = geometry_shape[:3]
+    return same_padding(x_shape[2], kh, stride)[2], same_padding(x_shape[3], kw, stride)[2]
+
+
 class FusedConv2dSame(Conv2dSame):
     """NCHW convolution with TensorFlow SAME padding plus bias.
 
@@ -276,13 +282,21 @@ class FusedConv2dSame(Conv2dSame):
     def __init__(self, kernel_size, stride=1, groups=1, onednn=None):
         super().__init__(int(kernel_size), int(stride), int(groups))
         k = self.kernel_size
-        # The kernels get the geometry as the *shape* (kh, kw, stride) of a small tensor: an aot
-        # Custom op's output shape must be a function of its input shapes alone (in PyNative
+        self.use_dnnl = dnnl_available() if onednn is None else bool(onednn) and dnnl_available()
+        # The kernels get the geometry as the *shape* (kh, kw, stride[, groups]) of a small tensor:
+        # an aot Custom op's output shape must be a function of its input shapes alone (in PyNative
         # MindSpore 2.10 keeps the first shape function per kernel name for every instance).
+        if self.use_dnnl:
+            self.geometry = ops.zeros((k, k, self.stride, self.groups), ms.int32)
+            self.dnnl_forward = _custom("DnnlConvForward", lambda x, w, _b, geo: (x[0], w[0], *_out_hw(x, geo)),
+                                        lambda x, _w, _b, _geo: x)
+            self.dnnl_backward = _custom("DnnlConvBackward", lambda x, _d, w, _geo: (x, w, (w[0],)),
+                                         lambda x, _d, _w, _geo: (x, x, x))
+            return
         self.geometry = ops.zeros((k, k, self.stride), ms.int32)
 
         def columns_shape(x, geo):
-            oh, ow = same_padding(x[2], geo[0], geo[2])[2], same_padding(x[3], geo[1], geo[2])[2]
+            oh, ow = _out_hw(x, geo)
             return (x[1] * geo[0] * geo[1], x[0] * oh * ow)
 
         self.im2col = _custom("Im2ColSame", columns_shape, lambda x, _geo: x)
@@ -292,15 +306,6 @@ class FusedConv2dSame(Conv2dSame):
                                         lambda d: ((d[1], d[0], *d[2:]), (d[1],)), lambda d: (d, d))
         self.matmul_nt = ops.BatchMatMul(transpose_b=True)
         self.matmul_tn = ops.BatchMatMul(transpose_a=True)
-        self.use_dnnl = dnnl_available() if onednn is None else bool(onednn) and dnnl_available()
-        if self.use_dnnl:
-            def output_shape(x, w, _b, geo):
-                return (x[0], w[0], same_padding(x[2], geo[0], geo[2])[2], same_padding(x[3], geo[1], geo[2])[2])
-
-            self.geometry_grouped = ops.zeros((k, k, self.stride, self.groups), ms.int32)
-            self.dnnl_forward = _custom("DnnlConvForward", output_shape, lambda x, _w, _b, _geo: x)
-            self.dnnl_backward = _custom("DnnlConvBackward", lambda x, _d, w, _geo: (x, w, (w[0],)),
-                                         lambda x, _d, _w, _geo: (x, x, x))
 
     def _grouped(self, x):
         """(g, x.shape[0] / g, -1): a weight (out, ...) or columns (in * k * k, ...) per group."""
@@ -308,7 +313,7 @@ class FusedConv2dSame(Conv2dSame):
 
     def construct(self, x, weight, bias):
         if self.use_dnnl:
-            return self.dnnl_forward(x, weight, bias, self.geometry_grouped)
+            return self.dnnl_forward(x, weight, bias, self.geometry)
         y = ops.matmul(self._grouped(weight), self._grouped(self.im2col(x, self.geometry)))
         k, s = self.kernel_size, self.stride
         oh, ow = same_padding(x.shape[2], k, s)[2], same_padding(x.shape[3], k, s)[2]
@@ -316,7 +321,7 @@ class FusedConv2dSame(Conv2dSame):
 
     def bprop(self, x, weight, bias, out, dout):
         if self.use_dnnl:
-            return self.dnnl_backward(x, dout, weight, self.geometry_grouped)
+            return self.dnnl_backward(x, dout, weight, self.geometry)
         dy, dbias = self.to_nchw_backward(dout)
         dy = self._grouped(dy)
         # x depends on dy: without it MindSpore's common-subexpression pass merges this im2col with
