@@ -1,5 +1,10 @@
 """The CPU convolutions (im2col + matmul as operators and as fused kernels, oneDNN's through the
 fused library) equal MindSpore's native SAME convolution and TF SAME."""
+import os
+import subprocess
+import sys
+import textwrap
+
 import mindspore as ms
 import numpy as np
 import pytest
@@ -7,6 +12,8 @@ from mindspore import ops
 
 from src.models.layers import cpu_kernels
 from src.models.layers.conv2d_same import Conv2dSameMatmul, conv2d_same, same_padding
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.mark.parametrize("size, k, stride, expected", [
@@ -19,6 +26,8 @@ def test_same_padding_is_tensorflow_same(size, k, stride, expected):
 @pytest.mark.parametrize("n, c, h, w, o, k, stride, groups", [
     (2, 8, 16, 16, 8, 3, 1, 1), (2, 8, 16, 16, 8, 3, 2, 1), (2, 8, 17, 15, 8, 3, 2, 2),
     (3, 16, 9, 9, 32, 3, 2, 4), (2, 6, 8, 8, 12, 1, 1, 1), (2, 6, 7, 7, 12, 1, 2, 3), (1, 4, 5, 6, 4, 3, 1, 4),
+    # oneDNN's blocked layouts (16 channels a block on AVX-512) and the stem's 3 input channels
+    (2, 32, 12, 12, 64, 3, 2, 2), (2, 64, 6, 6, 128, 1, 1, 1), (2, 3, 24, 24, 16, 3, 2, 1),
 ])
 def test_matmul_convolution_equals_native_kernel_forward_and_backward(n, c, h, w, o, k, stride, groups):
     rng = np.random.default_rng(0)
@@ -82,3 +91,41 @@ def test_convolutions_run_through_mindspores_onednn(fused_kernels):
         pytest.skip("the fused library was built without oneDNN (mindspore/lib/libdnnl.so.3 missing or not 3.x)")
     conv = cpu_kernels.FusedConv2dSame(3, 2, 2)
     assert conv.use_dnnl and not cpu_kernels.FusedConv2dSame(3, 2, 2, onednn=False).use_dnnl
+
+
+VERBOSE_STEP = textwrap.dedent("""
+    import numpy as np
+    import mindspore as ms
+    ms.set_device("CPU")
+    from src.models.layers import cpu_kernels
+    rng = np.random.default_rng(0)
+    for c, o, k, stride, groups in ((64, 128, 3, 2, 1), (128, 128, 3, 1, 2), (128, 256, 1, 1, 1)):
+        conv = cpu_kernels.FusedConv2dSame(k, stride, groups)
+        x = ms.Tensor(rng.standard_normal((2, c, 12, 12)).astype(np.float32))
+        w = ms.Tensor(rng.standard_normal((o, c // groups, k, k)).astype(np.float32))
+        b = ms.Tensor(np.zeros(o, np.float32))
+        ms.grad(lambda xx, ww, bb: conv(xx, ww, bb).sum(), grad_position=(0, 1, 2))(x, w, b)
+""")
+
+
+@pytest.mark.timeout(120)
+def test_onednn_runs_its_direct_kernels_on_blocked_layouts(fused_kernels, tmp_path):
+    """On NCHW tensors oneDNN 3.10 wraps forward and backward-data in internal layout copies
+    (`jit_uni_ncsp`) and runs backward-weights as im2col + GEMM (`x64:gemm`: 136-182 GFLOP/s on
+    F0's shapes here, against 206-220 for its direct AVX-512 kernel); the kernels hand every
+    primitive the blocked layouts it asks for. Read from oneDNN's own log (ONEDNN_VERBOSE)."""
+    if not cpu_kernels.dnnl_available():
+        pytest.skip("the fused library was built without oneDNN")
+    if " avx2" not in open("/proc/cpuinfo", encoding="utf-8").read():
+        pytest.skip("oneDNN's direct f32 kernels want AVX2 or newer")
+    script = tmp_path / "convs.py"
+    script.write_text(VERBOSE_STEP)
+    result = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=100,
+                            check=False, env=dict(os.environ, PYTHONPATH=ROOT, ONEDNN_VERBOSE="1"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    runs = [line.split(",") for line in result.stdout.splitlines()
+            if line.startswith("onednn_verbose,v1,primitive,exec,cpu,convolution")]
+    implementations = {(fields[7], fields[6]) for fields in runs}  # (propagation kind, implementation)
+    assert {kind for kind, _ in implementations} == {"forward_training", "backward_data", "backward_weights"}
+    slow = {(kind, impl) for kind, impl in implementations if impl.startswith(("x64:gemm", "ref", "jit_uni_ncsp"))}
+    assert not slow, slow
