@@ -93,6 +93,12 @@ class NormFreeBlock(nn.Cell):
         out = attn_gain * SE(out)
         out = drop_path(out) * skipinit_gain
         return out * alpha + shortcut
+
+    attn_gain, the stochastic-depth mask, skipinit_gain and alpha each scale whole samples or the
+    whole tensor, so they are multiplied into the SE gate, an (N, C) tensor: one pass over the
+    branch's output instead of five, forward and backward, and skipinit_gain's gradient is a sum
+    over the gate rather than over the activation (F0's CPU train step at batch 8, 192x192:
+    2.19-2.27 -> 2.02-2.09 s, peak memory -150 MB).
     """
 
     def __init__(self, in_chs, out_chs, stride, alpha, beta, cfg, conv_layer, act_layer, drop_path_rate,
@@ -116,8 +122,7 @@ class NormFreeBlock(nn.Cell):
         self.act3 = act_layer()
         self.conv3 = conv_layer(mid_chs, out_chs, 1)
         self.attn_last = SqueezeExcite(out_chs, make_divisible(out_chs * cfg.se_ratio, 8))
-        self.drop_path = DropPath(drop_path_rate, scale_by_keep=drop_path_mode == "timm") \
-            if drop_path_rate > 0 else nn.Identity()
+        self.drop_path = DropPath(drop_path_rate, scale_by_keep=drop_path_mode == "timm")
         self.skipinit_gain = Parameter(Tensor(0.0), name="skipinit_gain")
 
     def construct(self, x):
@@ -129,9 +134,8 @@ class NormFreeBlock(nn.Cell):
         out = self.conv2(self.act2(out))
         out = self.conv2b(self.act2b(out))
         out = self.conv3(self.act3(out))
-        out = self.attn_gain * self.attn_last(out)
-        out = self.drop_path(out) * self.skipinit_gain.astype(out.dtype)
-        return out * self.alpha + shortcut
+        scale = self.skipinit_gain.astype(out.dtype) * (self.attn_gain * self.alpha)
+        return self.attn_last(out, self.drop_path.mask_scale(scale, out.shape[0])) + shortcut
 
 
 def create_stem(in_chs, out_chs, conv_layer, act_layer):

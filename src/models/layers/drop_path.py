@@ -42,10 +42,19 @@ class DropPath(nn.Cell):
     def construct(self, x):
         if not self.training or self.keep_prob == 1.0:
             return x
-        mask = (ops.standard_normal((x.shape[0], 1)) < self.keep_quantile).astype(x.dtype)
-        if self.scale_by_keep:
-            mask = mask / self.keep_prob
+        mask = self._mask(x.shape[0], x.dtype)
         return self.mul_rows(x.reshape(x.shape[0], -1), mask).reshape(x.shape)  # see rowwise.py
+
+    def mask_scale(self, scale, batch):
+        """`scale` times the (batch, 1) factors construct() multiplies the samples by (in
+        training), for a caller that applies them together with its own per-sample factors."""
+        if not self.training or self.keep_prob == 1.0:
+            return scale
+        return self._mask(batch, scale.dtype) * scale
+
+    def _mask(self, batch, dtype):
+        mask = (ops.standard_normal((batch, 1)) < self.keep_quantile).astype(dtype)
+        return mask / self.keep_prob if self.scale_by_keep else mask
 
     def extend_repr(self):
         return f"drop_prob={1.0 - self.keep_prob:.4f}, scale_by_keep={self.scale_by_keep}"

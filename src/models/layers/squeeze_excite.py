@@ -8,7 +8,10 @@ from .rowwise import MulRows, mean_hw, rowwise
 
 
 class SqueezeExcite(nn.Cell):
-    """x * sigmoid(fc2(relu(fc1(mean_hw(x))))), with plain (not standardized) 1x1 convs.
+    """x * sigmoid(fc2(relu(fc1(mean_hw(x))))) * scale, with plain (not standardized) 1x1 convs.
+
+    `scale` (default 1) is a number, a scalar tensor or one factor per sample (N, 1), multiplied
+    into the (N, C) gate: a block's later per-sample and scalar factors cost no pass over x.
 
     Names fc1/fc2 and their shapes follow timm's SEModule so weights move 1:1. The SE
     output is computed in float32 (the gate is sensitive to low precision under AMP).
@@ -22,10 +25,10 @@ class SqueezeExcite(nn.Cell):
                              weight_init=Normal(1.0 / math.sqrt(rd_channels)), bias_init=Zero())
         self.mul_rows = MulRows()
 
-    def construct(self, x):
+    def construct(self, x, scale=1.0):
         # The 1x1 convs on a 1x1 map are dense layers: MindSpore's CPU conv kernel is very
         # slow on 1x1 feature maps (measured: minutes for a train step), a matmul is not.
         s = ops.relu(ops.dense(mean_hw(x), rowwise(self.fc1.weight), self.fc1.bias))
-        s = ops.sigmoid(ops.dense(s, rowwise(self.fc2.weight), self.fc2.bias))
+        s = ops.sigmoid(ops.dense(s, rowwise(self.fc2.weight), self.fc2.bias)) * scale
         n, c = x.shape[0], x.shape[1]  # one row per (sample, channel): see rowwise.py
         return self.mul_rows(x.reshape(n * c, -1), s.reshape(n * c, 1)).reshape(x.shape)
