@@ -26,17 +26,17 @@ BATCH_DIM = "batch"
 
 
 class BatchFreeSqueezeExcite(nn.Cell):
-    """x * sigmoid(fc2(relu(fc1(mean_hw(x))))) without a reshape that names the batch size."""
+    """x * sigmoid(fc2(relu(fc1(mean_hw(x))))) * scale without a reshape that names the batch size."""
 
     def __init__(self, se):
         super().__init__()
         self.fc1, self.fc2 = se.fc1, se.fc2
         self.channels = se.fc1.weight.shape[1]
 
-    def construct(self, x):
+    def construct(self, x, scale=1.0):
         s = ops.mean(x, (2, 3)).reshape(-1, self.channels)
         s = ops.relu(ops.dense(s, self.fc1.weight.reshape(self.fc1.weight.shape[0], -1), self.fc1.bias))
-        s = ops.sigmoid(ops.dense(s, self.fc2.weight.reshape(self.fc2.weight.shape[0], -1), self.fc2.bias))
+        s = ops.sigmoid(ops.dense(s, self.fc2.weight.reshape(self.fc2.weight.shape[0], -1), self.fc2.bias)) * scale
         return x * s.reshape(-1, self.channels, 1, 1)
 
 
