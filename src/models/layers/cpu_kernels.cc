@@ -726,10 +726,10 @@ struct DnnlConv {
   dnnl_primitive_t to_forward_weights = nullptr, to_data_weights = nullptr, from_diff_weights = nullptr;
   dnnl_memory_t bias = nullptr, user_weights = nullptr;
   dnnl_memory_t forward_weights = nullptr, data_weights = nullptr, diff_weights = nullptr;
-  DnnlActivation x, y;             // forward
-  DnnlActivation data_dy, dx;      // backward-data
-  DnnlActivation weights_x, weights_dy;  // backward-weights; weights_dy.inner == data_dy.inner if shared
-  bool shared_dy = false;
+  DnnlActivation x, y;                   // forward
+  DnnlActivation data_dy, dx;            // backward-data
+  DnnlActivation weights_x, weights_dy;  // backward-weights
+  bool shared_dy = false;                // both backward primitives read dy in one layout: data_dy's
 };
 
 struct DnnlContext {
