@@ -68,7 +68,7 @@ from benchmarks import scaling  # noqa: E402  (after the path fix above)
 from benchmarks.report import (collect_metrics, efficiency, format_efficiency, format_rounds,  # noqa: E402
                                format_table, plot_ratios)
 from benchmarks.runner import (available_cores, machine_info, memory_available_gb, merge_rounds,  # noqa: E402
-                               run_worker)
+                               run_worker, wait_until_quiet)
 
 F0_CONFIG = os.path.join(ROOT, "src", "configs", "dm_nfnet_f0.yaml")
 
@@ -76,10 +76,10 @@ F0_CONFIG = os.path.join(ROOT, "src", "configs", "dm_nfnet_f0.yaml")
 SIZES = {
     "full": dict(arch="dm_nfnet_f0", train_batch=8, train_size=192, eval_batch=8, eval_size=256, warmup=2, steps=5,
                  num_images=256, pipeline_batch=32, pipeline_epochs=3, pipeline_rounds=3, curve_steps=3,
-                 peak_square=2048),
+                 peak_square=2048, settle_s=90),
     "quick": dict(arch="dm_nfnet_nano", train_batch=2, train_size=64, eval_batch=2, eval_size=64, warmup=2, steps=1,
                   num_images=16, pipeline_batch=8, pipeline_epochs=1, pipeline_rounds=2, curve_steps=1,
-                  peak_square=512),
+                  peak_square=512, settle_s=0),
 }
 WORKERS = ("flops", "peak_ours", "peak_timm", "train_ours", "train_timm", "eval_ours", "mindir_ours", "onnx_ours",
            "eval_timm", "pipeline_ours", "pipeline_timm", "mindrecord", "curves")
@@ -472,8 +472,9 @@ def drive(opt):
     os.makedirs(output_dir, exist_ok=True)
     started = time.perf_counter()
     deadline = started + 60 * opt.budget_min
+    settled_s = wait_until_quiet(BUSY_LOAD, opt.settle_s)
     date = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
-    machine = machine_info(opt.threads)
+    machine = dict(machine_info(opt.threads), settled_s=settled_s)
     workers, curve_records = {}, {}
     with tempfile.TemporaryDirectory(prefix="bench_") as workdir:
         if any(name.startswith("pipeline") for name in names):
@@ -544,6 +545,9 @@ def parse_args(argv=None):
                         help="interleaved rounds of the two pipeline workers (default 3; --quick 2)")
     parser.add_argument("--curve-steps", type=int, help="timed steps per curve point (default 3; --quick 1)")
     parser.add_argument("--timeout-scale", type=float, default=1.0, help="multiplies every worker's timeout")
+    parser.add_argument("--settle-s", type=float,
+                        help=f"first wait up to this many seconds for the 1-minute load average to fall to "
+                             f"{BUSY_LOAD} (default 90; --quick 0)")
     parser.add_argument("--budget-min", type=float, default=BUDGET_MIN,
                         help=f"minutes for the whole run: timeouts are cut to the time left, curve points that "
                              f"do not fit are skipped (default {BUDGET_MIN})")

@@ -1,12 +1,13 @@
 """benchmarks/: the FLOP count, the matmul-peak shapes, GFLOP/s and % of the peak, the pipeline rounds and
 the cost curves, on small inputs (the bench itself: tests/test_bench.py)."""
 import json
+import math
 
 import pytest
 
 from benchmarks import flops, matmul_peak, scaling
 from benchmarks.report import efficiency, format_efficiency, format_rounds
-from benchmarks.runner import merge_rounds
+from benchmarks.runner import merge_rounds, wait_until_quiet
 
 
 def test_layer_macs_of_a_conv_a_grouped_conv_and_a_linear_layer():
@@ -171,3 +172,19 @@ def test_image_ops_times_pil_and_opencv_forms_that_compute_the_same_image(tmp_pa
     assert all(ms > 0 for steps in result.values() for ms in steps.values())
     assert {"decode", "crop+resize bicubic", "train transform"} <= set(result["PIL"])
     assert "PIL/OpenCV" in image_ops.format_table(result)
+
+
+def test_the_bench_waits_for_the_load_left_by_the_install_to_decay_and_gives_up_on_a_busy_machine():
+    clock = [0.0]
+
+    def sleep(seconds):
+        clock[0] += seconds
+
+    def settling():  # an idle machine after pip: 1.4, decaying with the load average's 60 s time constant
+        return (1.4 * math.exp(-clock[0] / 60),)
+
+    assert wait_until_quiet(0.5, 90, loadavg=settling, sleep=sleep) == 65  # 60 ln(2.8) = 61.8 s, 5 s polls
+    clock[0] = 0.0
+    assert wait_until_quiet(0.5, 90, loadavg=lambda: (3.0,), sleep=sleep) == 90  # another job: flagged, not waited out
+    assert wait_until_quiet(0.5, 90, loadavg=lambda: (0.2,), sleep=sleep) == 0
+    assert wait_until_quiet(0.5, 0, loadavg=lambda: (3.0,), sleep=sleep) == 0  # --quick
