@@ -89,6 +89,30 @@ def test_drop_path_drops_whole_samples_and_rescales_only_in_timm_mode(mode, scal
     assert np.array_equal(layer(ms.Tensor(x)).asnumpy(), x)
 
 
+@pytest.mark.parametrize("mode", ["deepmind", "timm"])
+def test_a_training_block_drops_whole_residual_branches_through_its_folded_gate(mode):
+    """The block multiplies its stochastic-depth mask into the SE gate (nfnet.py): a dropped sample
+    leaves the block as its shortcut, a kept one as in eval mode (timm mode: the branch / keep_prob)."""
+    ms.set_seed(0)
+    net = create_model("dm_nfnet_nano", drop_path_rate=0.6, drop_path_mode=mode)
+    block = net.stages[-1][-1]
+    keep = block.drop_path.keep_prob
+    x = ms.Tensor(np.random.default_rng(0).standard_normal((32, 256, 4, 4)).astype(np.float32))
+    block.set_train(False)
+    block.skipinit_gain.set_data(ms.Tensor(0.0, ms.float32))
+    shortcut = block(x).asnumpy()
+    block.skipinit_gain.set_data(ms.Tensor(1.0, ms.float32))
+    branch = block(x).asnumpy() - shortcut
+    block.set_train(True)
+    out = block(x).asnumpy()
+    kept_branch = branch / keep if mode == "timm" else branch
+    dropped = [np.array_equal(out[n], shortcut[n]) for n in range(32)]
+    for n in range(32):
+        if not dropped[n]:
+            np.testing.assert_allclose(out[n], shortcut[n] + kept_branch[n], rtol=1e-5, atol=1e-5)
+    assert np.abs(branch).max() > 0.1 and 0 < sum(dropped) < 32, (keep, sum(dropped))
+
+
 def test_default_architecture_constants():
     cfg = MODEL_CFGS["dm_nfnet_f0"]
     assert (cfg.depths, cfg.channels, cfg.alpha, cfg.attn_gain, cfg.std_conv_eps) == \
