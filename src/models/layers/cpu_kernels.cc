@@ -765,12 +765,19 @@ bool dnnl_reorder(dnnl_engine_t engine, const_dnnl_memory_desc_t from, const_dnn
   return ok;
 }
 
-// A weights-sized memory of layout `md` and the reorder between it and the plain layout `user_md`.
+// A memory of layout `md` (handle set per call) and the reorder from the user's layout `user_md`
+// into it (`input`) or out of it.
+bool dnnl_inner(dnnl_engine_t engine, const_dnnl_memory_desc_t user_md, const_dnnl_memory_desc_t md, bool input,
+                dnnl_primitive_t *reorder, dnnl_memory_t *memory) {
+  return dnnl_reorder(engine, input ? user_md : md, input ? md : user_md, reorder) &&
+         dnnl_memory_create(memory, md, engine, nullptr) == 0;
+}
+
+// dnnl_inner for a weights layout; `*bytes` grows to the largest, the shared weights buffer's size.
 bool dnnl_weights(dnnl_engine_t engine, const_dnnl_memory_desc_t user_md, const_dnnl_memory_desc_t md, bool input,
                   dnnl_primitive_t *reorder, dnnl_memory_t *memory, size_t *bytes) {
   *bytes = std::max(*bytes, dnnl_memory_desc_get_size(md));
-  return dnnl_reorder(engine, input ? user_md : md, input ? md : user_md, reorder) &&
-         dnnl_memory_create(memory, md, engine, nullptr) == 0;
+  return dnnl_inner(engine, user_md, md, input, reorder, memory);
 }
 
 // Sets up `a` for the primitive `pd`'s argument `query` with NCHW layout `user_md`; its blocked
@@ -785,8 +792,7 @@ bool dnnl_activation(dnnl_engine_t engine, const dnnl_primitive_desc_t pd, int q
   }
   a->offset = *end;
   *end += (dnnl_memory_desc_get_size(md) + 4095) / 4096 * 4096;
-  return dnnl_reorder(engine, input ? user_md : md, input ? md : user_md, &a->reorder) &&
-         dnnl_memory_create(&a->inner, md, engine, nullptr) == 0;
+  return dnnl_inner(engine, user_md, md, input, &a->reorder, &a->inner);
 }
 
 // The primitives of one convolution geometry, made on first use (nullptr if oneDNN refuses
