@@ -6,6 +6,7 @@ layout (and fail with one line naming the culprit) before paying for heavy impor
 import collections
 import json
 import os
+import re
 import sys
 
 from src.errors import UserError
@@ -160,6 +161,29 @@ def resolve_split(data_path, split):
     return os.path.dirname(path), os.path.basename(path)
 
 
+def _holds_images(folder):
+    """True when ``folder`` has an image file directly in it."""
+    try:
+        return any(e.is_file() and e.name.lower().endswith(IMG_EXTENSIONS) for e in os.scandir(folder))
+    except OSError:
+        return False
+
+
+def missing_split(data_path, split, splits):
+    """One line for a dataset root without its ``split`` folder: what the root holds and the layout expected
+    (``splits``: the split folders the caller reads, e.g. ["train", "val"])."""
+    expected = " and ".join(f"{data_path}/{s}/<class>/<image>" for s in splits)
+    folders = sorted(e.name for e in os.scandir(data_path) if e.is_dir() and not e.name.startswith("."))
+    if folders and all(_holds_images(os.path.join(data_path, f)) for f in folders[:20]):
+        found = (f"it holds class folders with images directly ({_short_list(folders)}): a single split, not a "
+                 f"dataset root")
+    elif folders:
+        found = f"it holds the folders {_short_list(folders)}"
+    else:
+        found = "it holds no folders"
+    return f"no {split}/ folder in {data_path}: {found}; expected {expected}"
+
+
 def check_dataset_layout(data_path, train_split="train", val_split="val", num_classes=None, class_names=None,
                          warn=None):
     """Check ``data_path/<train_split>`` and ``data_path/<val_split>`` before a model is built.
@@ -184,6 +208,8 @@ def check_dataset_layout(data_path, train_split="train", val_split="val", num_cl
         split_dir = os.path.join(data_path, split)
         if is_mindrecord_split(data_path, split):  # converted by src.data.to_mindrecord
             found[split_dir] = read_classes(data_path, split)
+        elif not os.path.exists(split_dir):
+            raise DatasetError(missing_split(data_path, split, [s for s in (train_split, val_split) if s]))
         else:
             skipped = []
             found[split_dir] = scan_image_folder(split_dir, class_names, skipped)[1]
@@ -205,29 +231,91 @@ def check_dataset_layout(data_path, train_split="train", val_split="val", num_cl
 
 # --------------------------------------------------------------------------- converted (MindRecord) splits
 # The on-disk names src/data/to_mindrecord.py writes and the loader reads: <split>.mindrecord (one
-# shard) or <split>.mindrecord0 ... N-1, and <split>.classes.json (class names in label order).
-def mindrecord_files(data_path, split):
-    """The MindRecord files of ``split`` under ``data_path`` (sorted by shard), or [] when there are none."""
-    base = os.path.join(data_path, f"{split}.mindrecord")
-    if os.path.isfile(base):
-        return [base]
-    files = []
-    while os.path.isfile(f"{base}{len(files)}"):
-        files.append(f"{base}{len(files)}")
-    return files
+# shard) or <split>.mindrecord0 ... N-1, each with its <shard>.db index, and <split>.classes.json,
+# written last: the class names in label order and the conversion's set of files with their sizes
+# (MANIFEST_KEYS). A split is read only when the files on disk are exactly that set, at those sizes.
+MANIFEST_KEYS = ("classes", "files", "rows")
+_AGAIN = "convert the images again (python -m src.data.to_mindrecord ... --overwrite)"
+
+
+def classes_file(data_path, split):
+    """Path of a converted split's class list (and record of its files)."""
+    return os.path.join(data_path, f"{split}.classes.json")
+
+
+def split_record_names(data_path, split):
+    """Sorted names in ``data_path`` that belong to a converted ``split``: shards, their .db indexes and the class
+    list, of any conversion (what `to_mindrecord --overwrite` removes)."""
+    pattern = re.compile(re.escape(split) + r"\.(mindrecord[0-9]*(\.db)?|classes\.json)")
+    try:
+        return sorted(e.name for e in os.scandir(data_path) if pattern.fullmatch(e.name))
+    except OSError:
+        return []
 
 
 def is_mindrecord_split(data_path, split):
     """True when ``data_path/split`` is a converted MindRecord split rather than a folder."""
-    return not os.path.isdir(os.path.join(data_path, split)) and bool(mindrecord_files(data_path, split))
+    return not os.path.isdir(os.path.join(data_path, split)) and bool(split_record_names(data_path, split))
 
 
-def classes_file(data_path, split):
-    """Path of a converted split's class list."""
-    return os.path.join(data_path, f"{split}.classes.json")
+def _read_record(data_path, split):
+    """The checked contents of ``<split>.classes.json``: {"classes": [...], "files": {name: bytes}, "rows": n}."""
+    path = classes_file(data_path, split)
+    if not os.path.isfile(path):
+        raise DatasetError(f"{path}: missing (src.data.to_mindrecord writes it last, beside {split}.mindrecord*: the "
+                           f"conversion did not finish or the file was removed); {_AGAIN}")
+    try:
+        with open(path, encoding="utf-8") as f:
+            record = json.load(f)
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise DatasetError(f"{path}: cannot be read as JSON ({err}); {_AGAIN}") from None
+    if isinstance(record, list):
+        raise DatasetError(f"{path}: a class list without the conversion's files (written by an older "
+                           f"to_mindrecord); {_AGAIN}")
+    files = record.get("files") if isinstance(record, dict) else None
+    if (not isinstance(files, dict) or not files or not isinstance(record.get("classes"), list)
+            or not all(isinstance(size, int) for size in files.values())):
+        raise DatasetError(f"{path}: not a record of src.data.to_mindrecord (keys {', '.join(MANIFEST_KEYS)}); "
+                           f"{_AGAIN}")
+    return record
+
+
+def mindrecord_set(data_path, split):
+    """(files, classes) of a converted split: its MindRecord shards (sorted by shard) and class names.
+
+    Checked against the record in ``<split>.classes.json`` before anything is read (stat calls only):
+    every recorded file exists at its recorded size (a missing .db, a truncated or grown shard), and no
+    other file of the split's names is beside them (an earlier conversion's shards). Raises DatasetError
+    naming the file.
+    """
+    record = _read_record(data_path, split)
+    manifest = classes_file(data_path, split)
+    recorded = record["files"]
+    for name, size in sorted(recorded.items()):
+        path = os.path.join(data_path, name)
+        if not os.path.isfile(path):
+            what = f"the index of {name[:-3]}" if name.endswith(".db") else "a shard"
+            raise DatasetError(f"MindRecord file missing: {path} ({what}, one of the {len(recorded)} files recorded "
+                               f"in {manifest}); {_AGAIN}")
+        actual = os.path.getsize(path)
+        if actual != size:
+            raise DatasetError(f"MindRecord file {path} is {actual} bytes, the conversion wrote {size} (recorded in "
+                               f"{manifest}): truncated or changed; {_AGAIN}")
+    names = set(recorded) | {os.path.basename(manifest)}
+    for name in split_record_names(data_path, split):
+        if name not in names:
+            raise DatasetError(f"{os.path.join(data_path, name)} is not one of the files of the conversion recorded "
+                               f"in {manifest} ({_short_list(recorded)}): a leftover of another conversion? Remove "
+                               f"it, or {_AGAIN}")
+    shards = sorted((n for n in recorded if not n.endswith(".db")), key=lambda n: (len(n), n))
+    return [os.path.join(data_path, n) for n in shards], list(record["classes"])
+
+
+def mindrecord_files(data_path, split):
+    """The checked MindRecord shards of a converted ``split`` (see mindrecord_set), sorted by shard."""
+    return mindrecord_set(data_path, split)[0]
 
 
 def read_classes(data_path, split):
-    """Class names of a converted split, in label order."""
-    with open(classes_file(data_path, split), encoding="utf-8") as f:
-        return json.load(f)
+    """Class names of a converted split, in label order (its files checked: mindrecord_set)."""
+    return mindrecord_set(data_path, split)[1]

@@ -221,23 +221,43 @@ class _EvalRead:
         return [Sample(image, label, index < len(self.source) and readable, (index,))]
 
 
+def _mindspore_error_line(err):
+    """The '[ERROR] ...' line of a MindSpore dataset error (its first line when there is none)."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    found = [line[len("[ERROR]"):].strip() for line in lines if line.startswith("[ERROR]")]
+    return (found or lines or [type(err).__name__])[0]
+
+
 class MindRecordSource:
     """The rows of a converted split: ``files`` = its MindRecord files (folder.mindrecord_files)."""
 
     def __init__(self, files):
         self.files = list(files)
         self.name = self.files[0]
-        self.total = ds.MindDataset(self.files, columns_list=MINDRECORD_COLUMNS, shuffle=False).get_dataset_size()
+        self.total = self._count(self.files)
+
+    @classmethod
+    def _count(cls, files):
+        """Rows of ``files``, reading their headers and .db indexes: a corrupt one is a DatasetError naming it
+        (the sizes were checked before, folder.mindrecord_set)."""
+        try:
+            return ds.MindDataset(files, columns_list=MINDRECORD_COLUMNS, shuffle=False).get_dataset_size()
+        except RuntimeError as err:
+            if len(files) > 1:  # find the shard
+                for path in files:
+                    cls._count([path])
+            culprit = files[0] + ".db" if f"{files[0]}.db" in str(err) else files[0]
+            raise DatasetError(f"MindRecord file {culprit} cannot be read ({_mindspore_error_line(err)}): corrupt; "
+                               f"convert the images again (python -m src.data.to_mindrecord ... --overwrite)") from None
 
     def __len__(self):
         return self.total
 
-    @staticmethod
-    def decode(image, index):
+    def decode(self, image, index):
         try:
             return load_image(io.BytesIO(np.asarray(image).tobytes()))
         except UnreadableImageError as err:
-            raise DatasetError(f"unreadable image in MindRecord row {int(index)}: {err}") from err
+            raise DatasetError(f"unreadable image in MindRecord row {int(index)} of {self.name}: {err}") from err
 
     def read_train(self, image, label, index, key):
         """(image bytes, label, index, key) -> [its sample]; the key's epoch seeds the draws with the index."""

@@ -34,7 +34,8 @@ def layouts(tmp_path):
     os.rename(differ / "val" / "2", differ / "val" / "two")
     return {
         "missing path": (missing, f"dataset path not found: {missing}"),
-        "missing split": (no_val, f"dataset path not found: {no_val / 'val'}"),
+        "missing split": (no_val, f"no val/ folder in {no_val}: it holds the folders train; expected "
+                                  f"{no_val}/train/<class>/<image> and {no_val}/val/<class>/<image>"),
         "split without class folders": (
             empty_train, f"no class folders in {empty_train / 'train'} (expected {empty_train / 'train'}/<class>/<image>)"),
         "split without images": (no_images, f"no images (.jpg/.jpeg/.png/.bmp/.webp/.tif/.tiff) in "
