@@ -1,7 +1,9 @@
 #!/bin/bash
 # Shared by the run_standalone_train_*, run_distribute_train_* and run_eval_* scripts (sourced,
 # not run). The sourcing script defines usage() and checks its argument count first; this file
-# resolves ROOT and PYTHON and offers checks that print the usage and exit 1 on a bad argument.
+# resolves ROOT and PYTHON and offers checks: a bad argument prints the usage and exits 1
+# (bad_argument), a bad environment setting one `error:` line naming it and exits 2 (bad_setting),
+# both before any process starts.
 #
 #   RUN_DIR  run directory (default: ./runs/<kind>-<JOB_ID>, or ./runs/<kind>-<date>-<time>
 #            without a JOB_ID): logs/ holds the launcher's logs, output/ is train.py's output_dir
@@ -22,6 +24,18 @@ bad_argument() {  # bad_argument <message>: the message, the usage, exit 1
   echo "error: $1" >&2
   usage
   exit 1
+}
+
+bad_setting() {  # bad_setting <message>: one error line (an environment setting), exit 2
+  echo "error: $1" >&2
+  exit 2
+}
+
+int_setting() {  # int_setting <value> <name> <min> <max>: the value (decimal) when an integer in [min, max]
+  if ! [[ "$1" =~ ^[0-9]{1,9}$ ]] || [ "$((10#$1))" -lt "$3" ] || [ "$((10#$1))" -gt "$4" ]; then
+    bad_setting "$2 must be an integer in [$3, $4], got '$1'"
+  fi
+  echo "$((10#$1))"
 }
 
 existing_file() {  # existing_file <path> <name>: its absolute path

@@ -55,14 +55,34 @@ source "$(dirname "${BASH_SOURCE[0]}")/launch_common.sh"
 WORKER_NUM="$(positive_int "$1" WORKER_NUM)"
 CONFIG_PATH="$(existing_file "$2" CONFIG_PATH)"
 shift 2
-LOCAL_WORKER_NUM="$(positive_int "${LOCAL_WORKER_NUM:-$WORKER_NUM}" LOCAL_WORKER_NUM)"
-MASTER_PORT="$(positive_int "${MASTER_PORT:-8118}" MASTER_PORT)"
+# The environment, checked before anything starts (one error line naming the setting, exit 2).
+MAX_WORKERS=100000
+if [ "${#WORKER_NUM}" -gt 6 ] || [ "$WORKER_NUM" -gt "$MAX_WORKERS" ]; then
+  bad_argument "WORKER_NUM must be at most $MAX_WORKERS, got $WORKER_NUM"
+fi
+LOCAL_WORKER_NUM="$(int_setting "${LOCAL_WORKER_NUM:-$WORKER_NUM}" LOCAL_WORKER_NUM 1 "$MAX_WORKERS")"
+MASTER_PORT="$(int_setting "${MASTER_PORT:-8118}" MASTER_PORT 1 65535)"
 ENTRY_SCRIPT="$(existing_file "${ENTRY_SCRIPT:-$ROOT/train.py}" ENTRY_SCRIPT)"
 if [ "$LOCAL_WORKER_NUM" -gt "$WORKER_NUM" ]; then
-  bad_argument "LOCAL_WORKER_NUM $LOCAL_WORKER_NUM exceeds WORKER_NUM $WORKER_NUM"
+  bad_setting "LOCAL_WORKER_NUM $LOCAL_WORKER_NUM exceeds WORKER_NUM $WORKER_NUM"
 fi
 if [ "$LOCAL_WORKER_NUM" -lt "$WORKER_NUM" ] && [ -z "${RUN_DIR:-}${JOB_ID:-}${SLURM_JOB_ID:-}" ]; then
-  bad_argument "a job over several nodes (LOCAL_WORKER_NUM $LOCAL_WORKER_NUM of WORKER_NUM $WORKER_NUM) needs RUN_DIR or JOB_ID, the same on every node"
+  bad_setting "a job over several nodes (LOCAL_WORKER_NUM $LOCAL_WORKER_NUM of WORKER_NUM $WORKER_NUM) needs RUN_DIR or JOB_ID, the same on every node"
+fi
+# With NODE_RANK, msrun numbers this node's workers NODE_RANK * LOCAL_WORKER_NUM + i: every node runs
+# LOCAL_WORKER_NUM of them, and the job has WORKER_NUM / LOCAL_WORKER_NUM nodes.
+NODE_ARGS=()
+if [ -n "${NODE_RANK:-}" ]; then
+  NODES=$(( WORKER_NUM / LOCAL_WORKER_NUM ))
+  if [ $(( WORKER_NUM % LOCAL_WORKER_NUM )) -ne 0 ]; then
+    bad_setting "WORKER_NUM $WORKER_NUM is not a multiple of LOCAL_WORKER_NUM $LOCAL_WORKER_NUM: with NODE_RANK every node runs LOCAL_WORKER_NUM workers (ranks NODE_RANK * LOCAL_WORKER_NUM + i); unset NODE_RANK to number the workers in join order"
+  fi
+  NODE_RANK="$(int_setting "$NODE_RANK" NODE_RANK 0 999999999)"
+  if [ "$NODE_RANK" -ge "$NODES" ]; then
+    if [ "$NODES" -eq 1 ]; then JOB="one node (NODE_RANK 0)"; else JOB="$NODES nodes (NODE_RANK 0 to $(( NODES - 1 )))"; fi
+    bad_setting "NODE_RANK $NODE_RANK is not a node of this job: WORKER_NUM $WORKER_NUM with LOCAL_WORKER_NUM $LOCAL_WORKER_NUM per node is $JOB"
+  fi
+  NODE_ARGS=(--node_rank "$NODE_RANK")
 fi
 
 # The one timeout: --cluster_timeout among the arguments, else CLUSTER_TIMEOUT, else the config's value.
@@ -76,7 +96,7 @@ for ARG in "$@"; do
   PREVIOUS="$ARG"
 done
 if [ -n "$ARG_TIMEOUT" ] && [ -n "${CLUSTER_TIMEOUT:-}" ] && [ "$ARG_TIMEOUT" != "$CLUSTER_TIMEOUT" ]; then
-  bad_argument "CLUSTER_TIMEOUT $CLUSTER_TIMEOUT differs from --cluster_timeout $ARG_TIMEOUT: give one"
+  bad_setting "CLUSTER_TIMEOUT $CLUSTER_TIMEOUT differs from --cluster_timeout $ARG_TIMEOUT: give one"
 fi
 TIMEOUT_ARGS=()
 if [ -z "$ARG_TIMEOUT" ]; then
@@ -90,11 +110,9 @@ except UserError as exc:
   fi
   TIMEOUT_ARGS=(--cluster_timeout "$CLUSTER_TIMEOUT")
 fi
-CLUSTER_TIMEOUT="$(positive_int "${ARG_TIMEOUT:-$CLUSTER_TIMEOUT}" CLUSTER_TIMEOUT)"
-NODE_ARGS=()
-if [ -n "${NODE_RANK:-}" ]; then
-  NODE_ARGS=(--node_rank "$(non_negative_int "$NODE_RANK" NODE_RANK)")
-fi
+TIMEOUT_NAME=CLUSTER_TIMEOUT
+if [ -n "$ARG_TIMEOUT" ]; then TIMEOUT_NAME=--cluster_timeout; fi
+CLUSTER_TIMEOUT="$(int_setting "${ARG_TIMEOUT:-$CLUSTER_TIMEOUT}" "$TIMEOUT_NAME" 1 604800)"
 make_run_dir "$(basename "$ENTRY_SCRIPT" .py)_msrun_${WORKER_NUM}p"
 
 # msrun starts each worker as `python <script>`, the first `python` on PATH: make it $PYTHON

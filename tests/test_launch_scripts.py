@@ -80,7 +80,7 @@ def test_bad_argument_values_name_the_argument_print_usage_and_exit_1(script, tm
 
 def test_msrun_refuses_more_local_workers_than_workers(tmp_path):
     result = bash("run_distribute_train_msrun.sh", "2", CONFIG, cwd=tmp_path, env={"LOCAL_WORKER_NUM": "3"})
-    assert result.returncode == 1 and "LOCAL_WORKER_NUM 3 exceeds WORKER_NUM 2" in result.stderr
+    assert result.returncode == 2 and result.stderr == "error: LOCAL_WORKER_NUM 3 exceeds WORKER_NUM 2\n"
 
 
 def test_rank_table_that_is_not_one_is_refused(tmp_path):
@@ -165,7 +165,7 @@ def test_msrun_over_several_nodes_needs_a_shared_run_dir_name(tmp_path):
     """Each node's launcher would otherwise name RUN_DIR after its own clock."""
     result = bash("run_distribute_train_msrun.sh", "2", CONFIG, cwd=tmp_path,
                   env={"LOCAL_WORKER_NUM": "1", "NODE_RANK": "1", "SLURM_JOB_ID": ""})
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert ("error: a job over several nodes (LOCAL_WORKER_NUM 1 of WORKER_NUM 2) needs RUN_DIR or JOB_ID, the same "
             "on every node") in result.stderr
     assert os.listdir(tmp_path) == []
@@ -175,7 +175,7 @@ def test_msrun_has_one_cluster_timeout(tmp_path):
     """CLUSTER_TIMEOUT and --cluster_timeout are the same setting: two different values are refused."""
     result = bash("run_distribute_train_msrun.sh", "2", CONFIG, "--cluster_timeout", "600", cwd=tmp_path,
                   env={"CLUSTER_TIMEOUT": "120"})
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "error: CLUSTER_TIMEOUT 120 differs from --cluster_timeout 600: give one" in result.stderr
     bad = tmp_path / "bad.yaml"
     bad.write_text("cluster_timeout: 0\n")
