@@ -91,7 +91,8 @@ def test_check_dataset_layout_reports_mismatched_classes_and_count(tmp_path):
         check_dataset_layout(root, val_split=None, num_classes=10)
     with pytest.raises(DatasetError, match="not found: .*missing"):
         check_dataset_layout(str(tmp_path / "missing"))
-    with pytest.raises(DatasetError, match="not found: .*test"):
+    with pytest.raises(DatasetError, match="no test/ folder in .*: it holds the folders train, val; expected "
+                                           ".*/train/<class>/<image> and .*/test/<class>/<image>"):
         check_dataset_layout(root, val_split="test")
 
 

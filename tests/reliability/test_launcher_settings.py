@@ -33,7 +33,8 @@ CASES = {
         "error: MASTER_PORT must be an integer in [1, 65535], got '99999999999999999999'"),
     "LOCAL_WORKER_NUM 0": (
         "2", {"LOCAL_WORKER_NUM": "0"}, "error: LOCAL_WORKER_NUM must be an integer in [1, 100000], got '0'"),
-    "LOCAL_WORKER_NUM above WORKER_NUM": ("2", {"LOCAL_WORKER_NUM": "3"}, "error: LOCAL_WORKER_NUM 3 exceeds WORKER_NUM 2"),
+    "LOCAL_WORKER_NUM above WORKER_NUM": (
+        "2", {"LOCAL_WORKER_NUM": "3"}, "error: LOCAL_WORKER_NUM 3 exceeds WORKER_NUM 2"),
     "WORKER_NUM not a multiple of LOCAL_WORKER_NUM with NODE_RANK": (
         "5", {"LOCAL_WORKER_NUM": "2", "NODE_RANK": "0", "JOB_ID": "j"},
         "error: WORKER_NUM 5 is not a multiple of LOCAL_WORKER_NUM 2: with NODE_RANK every node runs "
