@@ -4,6 +4,7 @@ Nothing here imports MindSpore, so train.py / eval.py can validate the dataset
 layout (and fail with one line naming the culprit) before paying for heavy imports.
 """
 import collections
+import hashlib
 import json
 import os
 import re
@@ -232,15 +233,26 @@ def check_dataset_layout(data_path, train_split="train", val_split="val", num_cl
 # --------------------------------------------------------------------------- converted (MindRecord) splits
 # The on-disk names src/data/to_mindrecord.py writes and the loader reads: <split>.mindrecord (one
 # shard) or <split>.mindrecord0 ... N-1, each with its <shard>.db index, and <split>.classes.json,
-# written last: the class names in label order and the conversion's set of files with their sizes
-# (MANIFEST_KEYS). A split is read only when the files on disk are exactly that set, at those sizes.
+# written last: the class names in label order and the conversion's set of files, each with its size
+# and the sha256 of its first 64 KiB (file_fingerprint). A split is read only when the files on disk
+# are exactly that set: same names, sizes and fingerprints.
 MANIFEST_KEYS = ("classes", "files", "rows")
+FINGERPRINT_BYTES = 1 << 16
 _AGAIN = "convert the images again (python -m src.data.to_mindrecord ... --overwrite)"
 
 
 def classes_file(data_path, split):
     """Path of a converted split's class list (and record of its files)."""
     return os.path.join(data_path, f"{split}.classes.json")
+
+
+def file_fingerprint(path):
+    """{"bytes": size, "head_sha256": sha256 of the first 64 KiB}: what a conversion records of each of its
+    files. A shard's first bytes are its header (its pages and their sizes), a .db's the start of its index:
+    another conversion's file or a damaged header differs there. Cheap: 64 KiB read per file."""
+    with open(path, "rb") as f:
+        head = f.read(FINGERPRINT_BYTES)
+    return {"bytes": os.path.getsize(path), "head_sha256": hashlib.sha256(head).hexdigest()}
 
 
 def split_record_names(data_path, split):
@@ -274,7 +286,8 @@ def _read_record(data_path, split):
                            f"to_mindrecord); {_AGAIN}")
     files = record.get("files") if isinstance(record, dict) else None
     if (not isinstance(files, dict) or not files or not isinstance(record.get("classes"), list)
-            or not all(isinstance(size, int) for size in files.values())):
+            or not all(isinstance(entry, dict) and isinstance(entry.get("bytes"), int)
+                       and isinstance(entry.get("head_sha256"), str) for entry in files.values())):
         raise DatasetError(f"{path}: not a record of src.data.to_mindrecord (keys {', '.join(MANIFEST_KEYS)}); "
                            f"{_AGAIN}")
     return record
@@ -284,23 +297,30 @@ def mindrecord_set(data_path, split):
     """(files, classes) of a converted split: its MindRecord shards (sorted by shard) and class names.
 
     Checked against the record in ``<split>.classes.json`` before anything is read (stat calls only):
-    every recorded file exists at its recorded size (a missing .db, a truncated or grown shard), and no
-    other file of the split's names is beside them (an earlier conversion's shards). Raises DatasetError
-    naming the file.
+    every recorded file exists at its recorded size (a missing .db, a truncated or grown shard) with its
+    recorded first 64 KiB (another conversion's file of the same name, a damaged header), and no other
+    file of the split's names is beside them (an earlier conversion's shards). Raises DatasetError naming
+    the file.
     """
     record = _read_record(data_path, split)
     manifest = classes_file(data_path, split)
     recorded = record["files"]
-    for name, size in sorted(recorded.items()):
+    for name, entry in sorted(recorded.items()):
         path = os.path.join(data_path, name)
         if not os.path.isfile(path):
             what = f"the index of {name[:-3]}" if name.endswith(".db") else "a shard"
             raise DatasetError(f"MindRecord file missing: {path} ({what}, one of the {len(recorded)} files recorded "
                                f"in {manifest}); {_AGAIN}")
-        actual = os.path.getsize(path)
-        if actual != size:
-            raise DatasetError(f"MindRecord file {path} is {actual} bytes, the conversion wrote {size} (recorded in "
-                               f"{manifest}): truncated or changed; {_AGAIN}")
+        try:
+            found = file_fingerprint(path)
+        except OSError as err:
+            raise DatasetError(f"MindRecord file {path} cannot be read ({err.strerror})") from None
+        if found["bytes"] != entry["bytes"]:
+            raise DatasetError(f"MindRecord file {path} is {found['bytes']} bytes, the conversion wrote "
+                               f"{entry['bytes']} (recorded in {manifest}): truncated or changed; {_AGAIN}")
+        if found["head_sha256"] != entry["head_sha256"]:
+            raise DatasetError(f"MindRecord file {path} is not the one the conversion recorded in {manifest} (its "
+                               f"first 64 KiB differ: a file of another conversion, or a damaged header); {_AGAIN}")
     names = set(recorded) | {os.path.basename(manifest)}
     for name in split_record_names(data_path, split):
         if name not in names:

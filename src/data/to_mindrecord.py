@@ -6,7 +6,8 @@ A converted dataset is a directory, given to training and evaluation as ``data_p
 
     <dir>/<split>.mindrecord               --shards 1
     <dir>/<split>.mindrecord0 ... N-1      --shards N (N > 1); each shard with its .db index
-    <dir>/<split>.classes.json             class-folder names in label order, and the files above with their sizes
+    <dir>/<split>.classes.json             class-folder names in label order; the files above, each with its
+                                           size and the sha256 of its first 64 KiB
 
 create_dataset reads ``<data_path>/<split>.mindrecord*`` when they exist (and
 ``<data_path>/<split>`` is not a folder), with the same transforms as the folder.
@@ -30,7 +31,8 @@ import tempfile
 from src.atomic import PARTIAL_MARK, write_json
 from src.errors import run_cli
 
-from .folder import DatasetError, classes_file, missing_split, scan_image_folder, split_record_names
+from .folder import (DatasetError, classes_file, file_fingerprint, missing_split, scan_image_folder,
+                     split_record_names)
 from .transforms import UnreadableImageError, load_image
 
 SCHEMA = {"image": {"type": "bytes"}, "label": {"type": "int32"}, "index": {"type": "int64"},
@@ -69,9 +71,9 @@ def check_output(data_path, split, output, overwrite=False):
                            f"instead of the shards: give another --output")
     old = split_record_names(output, split)
     if old and not overwrite:
+        more = f" and {len(old) - 1} more file{'s' if len(old) > 2 else ''}" if len(old) > 1 else ""
         raise DatasetError(f"--output {output} holds a conversion of {split} already ({os.path.join(output, old[0])}"
-                           f"{f' and {len(old) - 1} more files' if len(old) > 1 else ''}): give --overwrite to "
-                           f"replace it, or another --output")
+                           f"{more}): give --overwrite to replace it, or another --output")
     return old
 
 
@@ -107,7 +109,7 @@ def convert_split(data_path, split, output, shards=1, overwrite=False, scanned=N
             writer.write_raw_data(rows, parallel_writer=shards > 1)
             written += len(rows)
         writer.commit()
-        files = {name: os.path.getsize(os.path.join(staging, name)) for name in os.listdir(staging)}
+        files = {name: file_fingerprint(os.path.join(staging, name)) for name in os.listdir(staging)}
         # the old set goes only now, its record first; the new record, written last, makes the new set valid
         for name in sorted(old, key=lambda n: n != os.path.basename(classes_file(output, split))):
             os.remove(os.path.join(output, name))

@@ -142,22 +142,45 @@ def test_a_damaged_split_is_named_before_mindspore_is_imported(tiny_digits, tmp_
 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("damage", ["shard header", "index"])
-def test_a_corrupt_shard_of_the_recorded_size_is_named_when_opened(tiny_digits, tmp_path, damage):
-    """Provokes: bytes of a shard's header or of its .db index overwritten in place (the size unchanged): train.py
-    stops when it opens the shards, before the first step, with one line naming the file instead of MindSpore's
-    'Exception thrown from dataset pipeline' traceback."""
+def test_a_corrupt_shard_is_named_when_opened(tiny_digits, tmp_path, damage):
+    """Provokes: bytes of a shard's header or of its .db index overwritten in place (the size unchanged). train.py
+    names it before MindSpore is imported (the first 64 KiB differ from the recorded ones); and when the damage is
+    done after that check, opening the shards (MindRecordSource, before the first step) names it instead of
+    MindSpore's 'Exception thrown from dataset pipeline' traceback."""
+    from src.data.folder import DatasetError
+    from src.data.sources import MindRecordSource
+
     out = convert(tiny_digits, tmp_path / "mr", 2)
-    shard = out / "train.mindrecord1"
-    target = shard if damage == "shard header" else out / "train.mindrecord1.db"
+    files = [str(out / "train.mindrecord0"), str(out / "train.mindrecord1")]
+    target = out / ("train.mindrecord1" if damage == "shard header" else "train.mindrecord1.db")
     with open(target, "r+b") as f:
         f.seek(10)
         f.write(b"\xff" * 50)
-    result = train_on(out, tmp_path, probe_imports=False)
-    line = user_error(result)
-    assert line.startswith(f"error: MindRecord file {target} cannot be read (")
+    result = train_on(out, tmp_path)
+    assert user_error(result) == (
+        f"error: MindRecord file {target} is not the one the conversion recorded in {out / 'train.classes.json'} (its "
+        f"first 64 KiB differ: a file of another conversion, or a damaged header); convert the images again (python "
+        f"-m src.data.to_mindrecord ... --overwrite)")
+    assert not mindspore_imported(result)
+    with pytest.raises(DatasetError) as info:
+        MindRecordSource(files)
+    line = str(info.value)
+    assert line.startswith(f"MindRecord file {target} cannot be read (") and "\n" not in line
     assert line.endswith("): corrupt; convert the images again (python -m src.data.to_mindrecord ... --overwrite)")
-    run = tmp_path / "run"
-    assert not run.exists() or not any(name.endswith(".ckpt") for name in os.listdir(run))
+
+
+@pytest.mark.timeout(900)
+def test_a_shard_of_another_conversion_under_the_same_name_is_named(digits_subset, tmp_path):
+    """Provokes: train.mindrecord1 of a conversion of other images copied over a conversion's own (what copying
+    or syncing two conversions into one folder leaves)."""
+    mine = convert(digits_subset(6, 3), tmp_path / "mine", 2)
+    other = convert(digits_subset(6, 3, short_val_class="0"), tmp_path / "other", 2, "--splits", "val")
+    shutil.copy(other / "val.mindrecord1", mine / "val.mindrecord1")
+    assert os.path.getsize(mine / "val.mindrecord1") == os.path.getsize(other / "val.mindrecord1")
+    assert user_error(train_on(mine, tmp_path)) == (
+        f"error: MindRecord file {mine / 'val.mindrecord1'} is not the one the conversion recorded in "
+        f"{mine / 'val.classes.json'} (its first 64 KiB differ: a file of another conversion, or a damaged header); "
+        f"convert the images again (python -m src.data.to_mindrecord ... --overwrite)")
 
 
 def test_to_mindrecord_names_a_missing_path_and_a_folder_of_class_folders(tmp_path):
