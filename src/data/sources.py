@@ -33,6 +33,7 @@ import io
 import logging
 import math
 import os
+import re
 from typing import NamedTuple
 
 import numpy as np
@@ -257,7 +258,10 @@ class MindRecordSource:
         try:
             return load_image(io.BytesIO(np.asarray(image).tobytes()))
         except UnreadableImageError as err:
-            raise DatasetError(f"unreadable image in MindRecord row {int(index)} of {self.name}: {err}") from err
+            reason = re.sub(r"<_io\.BytesIO object at 0x[0-9a-f]+>", "the stored bytes", str(err.__cause__ or err))
+            raise DatasetError(f"unreadable image in MindRecord row {int(index)} of {self.name} ({reason}): a "
+                               f"corrupt shard; convert the images again (python -m src.data.to_mindrecord ... "
+                               f"--overwrite)") from err
 
     def read_train(self, image, label, index, key):
         """(image bytes, label, index, key) -> [its sample]; the key's epoch seeds the draws with the index."""

@@ -170,6 +170,23 @@ def test_a_corrupt_shard_is_named_when_opened(tiny_digits, tmp_path, damage):
 
 
 @pytest.mark.timeout(900)
+def test_an_image_damaged_inside_a_shard_stops_training_with_one_line(tiny_digits, tmp_path):
+    """Provokes: bytes of a stored PNG (past the first 64 KiB, the size unchanged) overwritten: not seen before
+    use; the row that does not decode stops train.py with one line naming the row and the shard, no traceback."""
+    out = convert(tiny_digits, tmp_path / "mr", 1)
+    shard = out / "train.mindrecord"
+    with open(shard, "r+b") as f:
+        data = f.read()
+        start = data.find(b"\x89PNG", 1 << 16)
+        f.seek(start + 8)
+        f.write(b"\xff" * 64)
+    line = user_error(train_on(out, tmp_path, probe_imports=False))
+    assert line.startswith("error: unreadable image in MindRecord row ") and f" of {shard} (" in line
+    assert line.endswith("): a corrupt shard; convert the images again (python -m src.data.to_mindrecord ... "
+                         "--overwrite)")
+
+
+@pytest.mark.timeout(900)
 def test_a_shard_of_another_conversion_under_the_same_name_is_named(digits_subset, tmp_path):
     """Provokes: train.mindrecord1 of a conversion of other images copied over a conversion's own (what copying
     or syncing two conversions into one folder leaves)."""
