@@ -19,6 +19,9 @@
 #                     ./runs/train_msrun_<n>p-<JOB_ID> (default $SLURM_JOB_ID; see launch_common.sh)
 #   ENTRY_SCRIPT      the Python script each worker runs (default train.py; eval.py with
 #                     --checkpoint PATH evaluates a checkpoint sharded over the workers)
+# The environment is checked before anything starts (NODE_RANK below WORKER_NUM / LOCAL_WORKER_NUM nodes,
+# MASTER_PORT in [1, 65535], LOCAL_WORKER_NUM in [1, WORKER_NUM], CLUSTER_TIMEOUT in [1, 604800]): a bad
+# setting is one `error:` line naming it, exit 2.
 # Multi-node: run the same command on every node with the same WORKER_NUM, MASTER_ADDR,
 # MASTER_PORT and RUN_DIR or JOB_ID, and LOCAL_WORKER_NUM / NODE_RANK set per node. Every node
 # creates its own RUN_DIR (no shared filesystem needed): rank 0 writes the checkpoints and train.log
