@@ -82,8 +82,8 @@ SIZES = {
                   peak_square=512, settle_s=0),
 }
 WORKERS = ("flops", "peak_ours", "peak_timm", "train_ours", "train_timm", "train_timm_cl", "train_timm_compile",
-           "eval_ours", "mindir_ours", "onnx_ours", "openvino_ours", "eval_timm", "eval_timm_cl", "eval_timm_compile",
-           "onnx_timm", "openvino_timm", "pipeline_ours", "pipeline_timm", "mindrecord", "curves")
+           "eval_ours", "mindir_ours", "onnx_ours", "eval_timm", "eval_timm_cl", "eval_timm_compile", "onnx_timm",
+           "pipeline_ours", "pipeline_timm", "mindrecord", "curves")
 # Left out of --quick: MindRecord's conversion, and torch.compile's Inductor compile (over 10 min for the nano
 # model's eval graph at load 7 on the 2 cores)
 NOT_QUICK = ("mindrecord", "train_timm_compile", "eval_timm_compile")
@@ -91,8 +91,8 @@ NOT_QUICK = ("mindrecord", "train_timm_compile", "eval_timm_compile")
 # 245 s, train_timm 86, eval_timm 90, pipelines 8-11, mindrecord 38; at load 7: flops 39, peaks 10-12. "curves" is
 # one train worker per point with its own timeout (scaling.point_timeout); --budget-min bounds the whole run.
 TIMEOUTS = {"flops": 150, "peak_ours": 90, "peak_timm": 90, "train_ours": 300, "train_timm": 120, "train_timm_cl": 120,
-            "train_timm_compile": 480, "eval_ours": 240, "mindir_ours": 210, "onnx_ours": 180, "openvino_ours": 210,
-            "eval_timm": 120, "eval_timm_cl": 120, "eval_timm_compile": 360, "onnx_timm": 180, "openvino_timm": 210,
+            "train_timm_compile": 480, "eval_ours": 240, "mindir_ours": 210, "onnx_ours": 300,
+            "eval_timm": 120, "eval_timm_cl": 120, "eval_timm_compile": 360, "onnx_timm": 300,
             "pipeline_ours": 45, "pipeline_timm": 45, "mindrecord": 75}
 QUICK_TIMEOUT = 120
 BUDGET_MIN = 24  # make bench must finish within 25 minutes on a fresh clone (issue 18)
@@ -340,47 +340,29 @@ def _numpy_input(opt):
     return lambda batch: random_batch(batch, opt.eval_size, num_classes)[0]
 
 
-def _onnxruntime_worker(opt, export):
-    """ONNX Runtime on the CPU with the bench's threads, on the model ``export(opt, directory)`` writes."""
+def _onnx_worker(opt, export):
+    """The model ``export(opt, directory)`` writes, in ONNX Runtime (img_s, b1_ms) and in OpenVINO (openvino_*:
+    peers.openvino_timings), both on the CPU with the bench's threads: one export for both runtimes."""
+    from benchmarks.peers import openvino_timings
     from src.deploy.infer_cpu import load_onnx
 
     with tempfile.TemporaryDirectory(prefix="bench_onnx_") as tmp:
         path, export_s = export(opt, tmp)
         run, _ = load_onnx(path, threads=opt.threads)
         result = _eval_timings(lambda x, _: run(x), opt.eval_batch, opt, _numpy_input(opt))
-    return {**result, "export_s": export_s, "peak_rss_mb": peak_rss_mb()}
-
-
-def _openvino_worker(opt, export):
-    """OpenVINO (peers.openvino_timings) on the model ``export(opt, directory)`` writes."""
-    from benchmarks.peers import openvino_timings
-    from src.deploy.infer_cpu import load_onnx
-
-    with tempfile.TemporaryDirectory(prefix="bench_openvino_") as tmp:
-        path, export_s = export(opt, tmp)
-        onnxruntime_run, _ = load_onnx(path, threads=opt.threads)
-        result = openvino_timings(path, opt, _numpy_input(opt), onnxruntime_run)
-    return {**result, "export_s": export_s, "peak_rss_mb": peak_rss_mb()}
+        openvino = openvino_timings(path, opt, _numpy_input(opt), run)
+    return {**result, **{f"openvino_{key}": value for key, value in openvino.items()}, "export_s": export_s,
+            "peak_rss_mb": peak_rss_mb()}
 
 
 def onnx_ours(opt):
-    """Our folded ONNX model in ONNX Runtime."""
-    return _onnxruntime_worker(opt, _our_onnx)
+    """Our folded ONNX model in ONNX Runtime and OpenVINO."""
+    return _onnx_worker(opt, _our_onnx)
 
 
 def onnx_timm(opt):
-    """timm's model exported to ONNX, in ONNX Runtime."""
-    return _onnxruntime_worker(opt, _timm_onnx)
-
-
-def openvino_ours(opt):
-    """Our folded ONNX model in OpenVINO."""
-    return _openvino_worker(opt, _our_onnx)
-
-
-def openvino_timm(opt):
-    """timm's model exported to ONNX, in OpenVINO."""
-    return _openvino_worker(opt, _timm_onnx)
+    """timm's model exported to ONNX, in ONNX Runtime and OpenVINO."""
+    return _onnx_worker(opt, _timm_onnx)
 
 
 def _eval_timm(opt, form):

@@ -6,12 +6,17 @@ from benchmarks.flops import step_gflop
 # routes takes its best measured one (highest img/s, lowest ms/MB); the row names the route it took.
 TRAIN_PEERS = ("train_timm", "train_timm_cl", "train_timm_compile")  # timm eager, channels_last, torch.compile
 EVAL_PEERS = ("eval_timm", "eval_timm_cl", "eval_timm_compile")
-DEPLOY_OURS = ("onnx_ours", "openvino_ours", "mindir_ours")
-DEPLOY_PEERS = ("onnx_timm", "openvino_timm")  # timm -> ONNX -> ONNX Runtime / OpenVINO
+# The deployable routes: (worker, field prefix); the onnx_* workers run one export in ONNX Runtime and OpenVINO
+DEPLOY_OURS = (("onnx_ours", ""), ("onnx_ours", "openvino_"), ("mindir_ours", ""))
+DEPLOY_PEERS = (("onnx_timm", ""), ("onnx_timm", "openvino_"))  # timm -> ONNX -> ONNX Runtime / OpenVINO
 
 
 def _routes(workers, field):
     return tuple((worker, field) for worker in workers)
+
+
+def _deploy_routes(routes, field):
+    return tuple((worker, prefix + field) for worker, prefix in routes)
 
 
 METRICS = (
@@ -25,16 +30,16 @@ METRICS = (
      _routes(("eval_ours",), "img_s"), _routes(EVAL_PEERS, "img_s")),
     ("eval_b1_ms", "eval network b1 ms", "ms", "lower", _routes(("eval_ours",), "b1_ms"), _routes(EVAL_PEERS, "b1_ms")),
     ("deploy_img_s", "deployable b{eval_batch} img/s (fastest route each)", "img/s", "higher",
-     _routes(DEPLOY_OURS, "img_s"), _routes(DEPLOY_PEERS, "img_s")),
+     _deploy_routes(DEPLOY_OURS, "img_s"), _deploy_routes(DEPLOY_PEERS, "img_s")),
     ("deploy_b1_ms", "deployable b1 ms (fastest route each)", "ms", "lower",
-     _routes(DEPLOY_OURS, "b1_ms"), _routes(DEPLOY_PEERS, "b1_ms")),
+     _deploy_routes(DEPLOY_OURS, "b1_ms"), _deploy_routes(DEPLOY_PEERS, "b1_ms")),
     ("onnx_img_s", "ONNX Runtime b{eval_batch} img/s", "img/s", "higher",
      _routes(("onnx_ours",), "img_s"), _routes(("onnx_timm",), "img_s")),
     ("onnx_b1_ms", "ONNX Runtime b1 ms", "ms", "lower", _routes(("onnx_ours",), "b1_ms"), _routes(("onnx_timm",), "b1_ms")),
     ("openvino_img_s", "OpenVINO b{eval_batch} img/s", "img/s", "higher",
-     _routes(("openvino_ours",), "img_s"), _routes(("openvino_timm",), "img_s")),
+     _routes(("onnx_ours",), "openvino_img_s"), _routes(("onnx_timm",), "openvino_img_s")),
     ("openvino_b1_ms", "OpenVINO b1 ms", "ms", "lower",
-     _routes(("openvino_ours",), "b1_ms"), _routes(("openvino_timm",), "b1_ms")),
+     _routes(("onnx_ours",), "openvino_b1_ms"), _routes(("onnx_timm",), "openvino_b1_ms")),
     ("mindir_img_s", "MINDIR b{eval_batch} img/s (vs timm eager)", "img/s", "higher",
      _routes(("mindir_ours",), "img_s"), _routes(("eval_timm",), "img_s")),
     ("mindir_b1_ms", "MINDIR b1 ms (vs timm eager)", "ms", "lower",
@@ -49,11 +54,18 @@ METRICS = (
 TIMING_DIFFERENCES = {"compile_s"}
 
 
+def route_name(worker, field):
+    """The route a (worker, field) measures: the worker, or openvino_ours / openvino_timm for the OpenVINO
+    fields of the onnx_* workers."""
+    return "openvino_" + worker.split("_", 1)[1] if field.startswith("openvino_") else worker
+
+
 def _side(workers, routes, key, better):
-    """(best value or None, its worker or None, {worker: reason}, {worker: note}) over ``routes``."""
+    """(best value or None, its route or None, {route: reason}, {route: note}) over ``routes``."""
     values, reasons, notes = {}, {}, {}
     for worker, field in routes:
         record = workers.get(worker)
+        worker = route_name(worker, field)
         value = (record.get("result") or {}).get(field) if record else None
         if record is None:
             reasons[worker] = f"{worker} not run"
