@@ -67,8 +67,8 @@ if ROOT not in sys.path:  # python benchmarks/bench.py
 from benchmarks import scaling  # noqa: E402  (after the path fix above)
 from benchmarks.report import (collect_metrics, efficiency, format_efficiency, format_rounds,  # noqa: E402
                                format_table, plot_ratios)
-from benchmarks.runner import (available_cores, machine_info, memory_available_gb, merge_rounds,  # noqa: E402
-                               run_worker, wait_until_quiet)
+from benchmarks.runner import (ISA_LIMITS, available_cores, machine_info, memory_available_gb,  # noqa: E402
+                               merge_rounds, run_worker, wait_until_quiet)
 
 F0_CONFIG = os.path.join(ROOT, "src", "configs", "dm_nfnet_f0.yaml")
 
@@ -81,14 +81,19 @@ SIZES = {
                   num_images=16, pipeline_batch=8, pipeline_epochs=1, pipeline_rounds=2, curve_steps=1,
                   peak_square=512, settle_s=0),
 }
-WORKERS = ("flops", "peak_ours", "peak_timm", "train_ours", "train_timm", "eval_ours", "mindir_ours", "onnx_ours",
-           "eval_timm", "pipeline_ours", "pipeline_timm", "mindrecord", "curves")
+WORKERS = ("flops", "peak_ours", "peak_timm", "train_ours", "train_timm", "train_timm_cl", "train_timm_compile",
+           "eval_ours", "mindir_ours", "onnx_ours", "eval_timm", "eval_timm_cl", "eval_timm_compile", "onnx_timm",
+           "pipeline_ours", "pipeline_timm", "mindrecord", "curves")
+# Left out of --quick: MindRecord's conversion, and torch.compile's Inductor compile (over 10 min for the nano
+# model's eval graph at load 7 on the 2 cores)
+NOT_QUICK = ("mindrecord", "train_timm_compile", "eval_timm_compile")
 # Seconds per worker in the default run. Measured on the 2-core machine under a load of 4-5: train_ours
 # 245 s, train_timm 86, eval_timm 90, pipelines 8-11, mindrecord 38; at load 7: flops 39, peaks 10-12. "curves" is
 # one train worker per point with its own timeout (scaling.point_timeout); --budget-min bounds the whole run.
-TIMEOUTS = {"flops": 150, "peak_ours": 90, "peak_timm": 90, "train_ours": 300, "train_timm": 120, "eval_ours": 240,
-            "mindir_ours": 210, "onnx_ours": 180, "eval_timm": 120, "pipeline_ours": 45, "pipeline_timm": 45,
-            "mindrecord": 75}
+TIMEOUTS = {"flops": 150, "peak_ours": 90, "peak_timm": 90, "train_ours": 300, "train_timm": 120, "train_timm_cl": 120,
+            "train_timm_compile": 480, "eval_ours": 240, "mindir_ours": 210, "onnx_ours": 300,
+            "eval_timm": 120, "eval_timm_cl": 120, "eval_timm_compile": 360, "onnx_timm": 300,
+            "pipeline_ours": 45, "pipeline_timm": 45, "mindrecord": 75}
 QUICK_TIMEOUT = 120
 BUDGET_MIN = 24  # make bench must finish within 25 minutes on a fresh clone (issue 18)
 BUSY_LOAD = 0.5  # 1-minute load average above which the numbers are flagged as noisy
@@ -201,13 +206,16 @@ def train_ours(opt):
             "optimizer": cfg.optimizer, "ema": cfg.ema, "trainer": cfg.trainer}
 
 
-def train_timm(opt):
-    """timm's network with SGD + timm's AGC + label-smoothed cross entropy, eager PyTorch, and the
-    recipe's weight EMA as timm's train.py keeps it (--model-ema: ModelEmaV3), as ours does."""
+def _train_timm(opt, form):
+    """timm's network with SGD + timm's AGC + label-smoothed cross entropy in PyTorch ``form``
+    (peers.TORCH_FORMS), and the recipe's weight EMA as timm's train.py keeps it (--model-ema:
+    ModelEmaV3), as ours does."""
     import torch
     from timm.optim import param_groups_weight_decay
     from timm.models import model_parameters
     from timm.utils import ModelEmaV3, adaptive_clip_grad
+
+    from benchmarks.peers import torch_form
 
     torch_setup(opt.threads)
     cfg = load_f0_config(opt.arch)
@@ -217,11 +225,13 @@ def train_timm(opt):
     clipped = list(model_parameters(model, exclude_head=True))  # timm's train.py: AGC skips the head
     loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=cfg.label_smoothing)
     ema = ModelEmaV3(model, decay=cfg.ema_decay) if cfg.ema else None
+    forward, convert = torch_form(model, form)
     images, targets = map(torch.from_numpy, random_batch(opt.train_batch, opt.train_size, cfg.num_classes))
+    images = convert(images)
     losses = []
 
     def step():
-        loss = loss_fn(model(images), targets)
+        loss = loss_fn(forward(images), targets)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         adaptive_clip_grad(clipped, clip_factor=cfg.clipping, eps=cfg.eps)
@@ -231,7 +241,23 @@ def train_timm(opt):
         losses.append(loss.item())
 
     times = timed_calls(step, opt.warmup, opt.steps)
-    return {**summarize(times, opt.warmup, opt.train_batch), "losses": losses, "peak_rss_mb": peak_rss_mb()}
+    return {**summarize(times, opt.warmup, opt.train_batch), "losses": losses, "peak_rss_mb": peak_rss_mb(),
+            "form": form}
+
+
+def train_timm(opt):
+    """timm eager, NCHW (the form timm's train.py runs by default)."""
+    return _train_timm(opt, "eager")
+
+
+def train_timm_cl(opt):
+    """timm with --channels-last (timm's train.py flag)."""
+    return _train_timm(opt, "channels_last")
+
+
+def train_timm_compile(opt):
+    """timm under torch.compile (timm's train.py --torchcompile inductor); the first step compiles."""
+    return _train_timm(opt, "compile")
 
 
 def _eval_timings(run, batch_size, opt, make_input):
@@ -287,39 +313,88 @@ def mindir_ours(opt):
     return {**result, "export_s": export_s, "peak_rss_mb": peak_rss_mb()}
 
 
-def onnx_ours(opt):
-    """The folded ONNX model with a free batch axis (export.py --dynamic_batch) in ONNX Runtime."""
+def _our_onnx(opt, directory):
+    """(path, export seconds) of our folded ONNX model with a free batch axis (export.py --dynamic_batch)."""
     from src.deploy.export import create_deploy_network, export_network
-    from src.deploy.infer_cpu import load_onnx
 
     network, _ = _eval_network(opt)
-    cfg = load_f0_config(opt.arch)
+    start = time.perf_counter()
+    path = export_network(create_deploy_network(network, "ONNX", dynamic_batch=True), "ONNX",
+                          os.path.join(directory, opt.arch), 1, opt.eval_size, dynamic_batch=True)
+    return path, time.perf_counter() - start
+
+
+def _timm_onnx(opt, directory):
+    """(path, export seconds) of timm's model exported to ONNX (peers.export_timm_onnx)."""
+    from benchmarks.peers import export_timm_onnx
+
+    torch_setup(opt.threads)
+    model = timm_model(opt.arch, load_f0_config(opt.arch))
+    start = time.perf_counter()
+    path = export_timm_onnx(model, os.path.join(directory, f"timm_{opt.arch}.onnx"), opt.eval_size)
+    return path, time.perf_counter() - start
+
+
+def _numpy_input(opt):
+    num_classes = load_f0_config(opt.arch).num_classes
+    return lambda batch: random_batch(batch, opt.eval_size, num_classes)[0]
+
+
+def _onnx_worker(opt, export):
+    """The model ``export(opt, directory)`` writes, in ONNX Runtime (img_s, b1_ms) and in OpenVINO (openvino_*:
+    peers.openvino_timings), both on the CPU with the bench's threads: one export for both runtimes."""
+    from benchmarks.peers import openvino_timings
+    from src.deploy.infer_cpu import load_onnx
+
     with tempfile.TemporaryDirectory(prefix="bench_onnx_") as tmp:
-        start = time.perf_counter()
-        path = export_network(create_deploy_network(network, "ONNX", dynamic_batch=True), "ONNX",
-                              os.path.join(tmp, opt.arch), 1, opt.eval_size, dynamic_batch=True)
-        export_s = time.perf_counter() - start
+        path, export_s = export(opt, tmp)
         run, _ = load_onnx(path, threads=opt.threads)
-        result = _eval_timings(lambda x, _: run(x), opt.eval_batch, opt,
-                               lambda batch: random_batch(batch, opt.eval_size, cfg.num_classes)[0])
-    return {**result, "export_s": export_s, "peak_rss_mb": peak_rss_mb()}
+        result = _eval_timings(lambda x, _: run(x), opt.eval_batch, opt, _numpy_input(opt))
+        openvino = openvino_timings(path, opt, _numpy_input(opt), run)
+    return {**result, **{f"openvino_{key}": value for key, value in openvino.items()}, "export_s": export_s,
+            "peak_rss_mb": peak_rss_mb()}
 
 
-def eval_timm(opt):
+def onnx_ours(opt):
+    """Our folded ONNX model in ONNX Runtime and OpenVINO."""
+    return _onnx_worker(opt, _our_onnx)
+
+
+def onnx_timm(opt):
+    """timm's model exported to ONNX, in ONNX Runtime and OpenVINO."""
+    return _onnx_worker(opt, _timm_onnx)
+
+
+def _eval_timm(opt, form):
+    """timm's eval-mode network in PyTorch ``form`` (peers.TORCH_FORMS) under torch.no_grad."""
     import torch
+
+    from benchmarks.peers import torch_form
 
     torch_setup(opt.threads)
     cfg = load_f0_config(opt.arch)
-    model = timm_model(opt.arch, cfg).eval()
+    forward, convert = torch_form(timm_model(opt.arch, cfg).eval(), form)
 
     def run(x, _):
         with torch.no_grad():
-            model(x)
+            forward(x)
 
     def make_input(batch):
-        return torch.from_numpy(random_batch(batch, opt.eval_size, cfg.num_classes)[0])
+        return convert(torch.from_numpy(random_batch(batch, opt.eval_size, cfg.num_classes)[0]))
 
-    return {**_eval_timings(run, opt.eval_batch, opt, make_input), "peak_rss_mb": peak_rss_mb()}
+    return {**_eval_timings(run, opt.eval_batch, opt, make_input), "peak_rss_mb": peak_rss_mb(), "form": form}
+
+
+def eval_timm(opt):
+    return _eval_timm(opt, "eager")
+
+
+def eval_timm_cl(opt):
+    return _eval_timm(opt, "channels_last")
+
+
+def eval_timm_compile(opt):
+    return _eval_timm(opt, "compile")
 
 
 def pipeline_ours(opt):
@@ -457,7 +532,7 @@ def run_curves(opt, workdir, deadline, workers):
 
 def selected_workers(only, quick):
     if not only:
-        return [w for w in WORKERS if not (quick and w == "mindrecord")]
+        return [w for w in WORKERS if not (quick and w in NOT_QUICK)]
     wanted = [item.strip() for item in only.split(",") if item.strip()]
     unknown = [item for item in wanted if not any(w == item or w.split("_")[0] == item for w in WORKERS)]
     if unknown:
@@ -492,7 +567,7 @@ def drive(opt):
             else:
                 workers[name] = run_within_budget(name, opt, workdir, worker_timeout(name, opt), deadline)
     settings = {key: getattr(opt, key) for key in SIZES["full"]}
-    settings.update(threads=opt.threads, workers=opt.workers, quick=opt.quick, only=opt.only,
+    settings.update(threads=opt.threads, workers=opt.workers, quick=opt.quick, only=opt.only, isa_limit=opt.isa,
                     max_rss_gb=opt.max_rss_gb, budget_min=opt.budget_min)
     metrics = collect_metrics(workers, settings)
     flop_count = (workers.get("flops") or {}).get("result")
@@ -508,7 +583,8 @@ def drive(opt):
                "scaling": curves, "workers": workers}
     with open(os.path.join(output_dir, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
-    title = (f"{opt.arch}, {machine['cpu']}, {opt.threads} threads, mindspore {machine['mindspore']} vs "
+    isa = machine["isa"] if opt.isa == "native" else f"{opt.isa} (limited on {machine['isa']})"
+    title = (f"{opt.arch}, {machine['cpu']} {isa}, {opt.threads} threads, mindspore {machine['mindspore']} vs "
              f"torch {machine['torch']} / timm {machine['timm']}, {date}")
     outputs = [os.path.join(output_dir, "results.json"), os.path.join(output_dir, "results.png")]
     plot_ratios(metrics, outputs[1], title)
@@ -554,6 +630,9 @@ def parse_args(argv=None):
     parser.add_argument("--max-rss-gb", type=float, default=None,
                         help="kill a worker whose processes hold more resident memory (default: 90%% of the "
                              "memory available at start)")
+    parser.add_argument("--isa", choices=sorted(ISA_LIMITS), default="native",
+                        help="avx2: limit oneDNN (ONEDNN_MAX_CPU_ISA), PyTorch (ATEN_CPU_CAPABILITY) and our kernels "
+                             "(-march=x86-64-v3) to AVX2, to measure an AVX2 machine's path on an AVX-512 one")
     parser.add_argument("--worker", choices=WORKERS, help=argparse.SUPPRESS)
     parser.add_argument("--json-out", help=argparse.SUPPRESS)
     parser.add_argument("--data-dir", help=argparse.SUPPRESS)

@@ -2,56 +2,107 @@
 matmul peak each framework measured ("% of the machine's limit")."""
 from benchmarks.flops import step_gflop
 
-# (key, label, unit, better, (ours worker, field), (reference worker, field))
+# (key, label, unit, better, ours: ((worker, field), ...), peers: ((worker, field), ...)). A side with several
+# routes takes its best measured one (highest img/s, lowest ms/MB); the row names the route it took.
+TRAIN_PEERS = ("train_timm", "train_timm_cl", "train_timm_compile")  # timm eager, channels_last, torch.compile
+EVAL_PEERS = ("eval_timm", "eval_timm_cl", "eval_timm_compile")
+# The deployable routes: (worker, field prefix); the onnx_* workers run one export in ONNX Runtime and OpenVINO
+DEPLOY_OURS = (("onnx_ours", ""), ("onnx_ours", "openvino_"), ("mindir_ours", ""))
+DEPLOY_PEERS = (("onnx_timm", ""), ("onnx_timm", "openvino_"))  # timm -> ONNX -> ONNX Runtime / OpenVINO
+
+
+def _routes(workers, field):
+    return tuple((worker, field) for worker in workers)
+
+
+def _deploy_routes(routes, field):
+    return tuple((worker, prefix + field) for worker, prefix in routes)
+
+
 METRICS = (
     ("train_img_s", "train img/s (b{train_batch}, {train_size}px)", "img/s", "higher",
-     ("train_ours", "img_s"), ("train_timm", "img_s")),
+     _routes(("train_ours",), "img_s"), _routes(TRAIN_PEERS, "img_s")),
     ("compile_s", "compile s (first step - median)", "s", "lower",
-     ("train_ours", "compile_s"), ("train_timm", "compile_s")),
-    ("peak_rss_mb", "train peak RSS MB", "MB", "lower", ("train_ours", "peak_rss_mb"), ("train_timm", "peak_rss_mb")),
-    ("eval_img_s", "eval b{eval_batch} img/s ({eval_size}px)", "img/s", "higher",
-     ("eval_ours", "img_s"), ("eval_timm", "img_s")),
-    ("eval_b1_ms", "eval b1 ms", "ms", "lower", ("eval_ours", "b1_ms"), ("eval_timm", "b1_ms")),
+     _routes(("train_ours",), "compile_s"), _routes(("train_timm",), "compile_s")),
+    ("peak_rss_mb", "train peak RSS MB", "MB", "lower", _routes(("train_ours",), "peak_rss_mb"),
+     _routes(TRAIN_PEERS, "peak_rss_mb")),
+    ("eval_img_s", "eval network b{eval_batch} img/s ({eval_size}px)", "img/s", "higher",
+     _routes(("eval_ours",), "img_s"), _routes(EVAL_PEERS, "img_s")),
+    ("eval_b1_ms", "eval network b1 ms", "ms", "lower", _routes(("eval_ours",), "b1_ms"), _routes(EVAL_PEERS, "b1_ms")),
+    ("deploy_img_s", "deployable b{eval_batch} img/s (fastest route each)", "img/s", "higher",
+     _deploy_routes(DEPLOY_OURS, "img_s"), _deploy_routes(DEPLOY_PEERS, "img_s")),
+    ("deploy_b1_ms", "deployable b1 ms (fastest route each)", "ms", "lower",
+     _deploy_routes(DEPLOY_OURS, "b1_ms"), _deploy_routes(DEPLOY_PEERS, "b1_ms")),
+    ("onnx_img_s", "ONNX Runtime b{eval_batch} img/s", "img/s", "higher",
+     _routes(("onnx_ours",), "img_s"), _routes(("onnx_timm",), "img_s")),
+    ("onnx_b1_ms", "ONNX Runtime b1 ms", "ms", "lower", _routes(("onnx_ours",), "b1_ms"), _routes(("onnx_timm",), "b1_ms")),
+    ("openvino_img_s", "OpenVINO b{eval_batch} img/s", "img/s", "higher",
+     _routes(("onnx_ours",), "openvino_img_s"), _routes(("onnx_timm",), "openvino_img_s")),
+    ("openvino_b1_ms", "OpenVINO b1 ms", "ms", "lower",
+     _routes(("onnx_ours",), "openvino_b1_ms"), _routes(("onnx_timm",), "openvino_b1_ms")),
     ("mindir_img_s", "MINDIR b{eval_batch} img/s (vs timm eager)", "img/s", "higher",
-     ("mindir_ours", "img_s"), ("eval_timm", "img_s")),
+     _routes(("mindir_ours",), "img_s"), _routes(("eval_timm",), "img_s")),
     ("mindir_b1_ms", "MINDIR b1 ms (vs timm eager)", "ms", "lower",
-     ("mindir_ours", "b1_ms"), ("eval_timm", "b1_ms")),
-    ("onnx_img_s", "ONNX Runtime b{eval_batch} img/s (vs timm eager)", "img/s", "higher",
-     ("onnx_ours", "img_s"), ("eval_timm", "img_s")),
-    ("onnx_b1_ms", "ONNX Runtime b1 ms (vs timm eager)", "ms", "lower",
-     ("onnx_ours", "b1_ms"), ("eval_timm", "b1_ms")),
+     _routes(("mindir_ours",), "b1_ms"), _routes(("eval_timm",), "b1_ms")),
     ("pipeline_img_s", "pipeline img/s ({workers} workers)", "img/s", "higher",
-     ("pipeline_ours", "img_s"), ("pipeline_timm", "img_s")),
-    ("mindrecord_img_s", "MindRecord img/s (timm col: our folder)", "img/s", "higher",
-     ("mindrecord", "mindrecord_img_s"), ("mindrecord", "folder_img_s")),
+     _routes(("pipeline_ours",), "img_s"), _routes(("pipeline_timm",), "img_s")),
+    ("mindrecord_img_s", "MindRecord img/s (peer col: our folder)", "img/s", "higher",
+     (("mindrecord", "mindrecord_img_s"),), (("mindrecord", "folder_img_s"),)),
 )
 # Rows that are a difference of two timings (first step - median): on a busy machine the first step
 # can be faster than the median, so a value <= 0 is "≈ 0" (0.0 and a note), not a failed measurement.
 TIMING_DIFFERENCES = {"compile_s"}
 
 
+def route_name(worker, field):
+    """The route a (worker, field) measures: the worker, or openvino_ours / openvino_timm for the OpenVINO
+    fields of the onnx_* workers."""
+    return "openvino_" + worker.split("_", 1)[1] if field.startswith("openvino_") else worker
+
+
+def _side(workers, routes, key, better):
+    """(best value or None, its route or None, {route: reason}, {route: note}) over ``routes``."""
+    values, reasons, notes = {}, {}, {}
+    for worker, field in routes:
+        record = workers.get(worker)
+        worker = route_name(worker, field)
+        value = (record.get("result") or {}).get(field) if record else None
+        if record is None:
+            reasons[worker] = f"{worker} not run"
+        elif not record["ok"]:
+            reasons[worker] = f"{worker}: {record['error']}"
+        elif value is not None and value <= 0 and key in TIMING_DIFFERENCES:
+            notes[worker] = f"{worker} measured {value:.3f} s: ≈ 0, within the steps' noise"
+            values[worker] = 0.0
+        elif value is None or value <= 0:
+            reasons[worker] = f"{worker} measured {value!r}, no positive value"
+        else:
+            values[worker] = value
+    if not values:
+        return None, None, reasons, notes
+    best = (max if better == "higher" else min)(values, key=values.get)
+    return round(values[best], 3), best, reasons, notes
+
+
 def collect_metrics(workers, labels):
-    """The table's rows: ours, reference (timm), ratio (> 1: ours better) or the reason one is missing."""
+    """The table's rows: ours, the strongest peer, ratio (> 1: ours better), the routes each side took, and
+    the reason a side is missing ({"reasons": ...}; a route of several that did not run is only listed in
+    "skipped")."""
     metrics = {}
-    for key, label, unit, better, (ours_worker, ours_field), (ref_worker, ref_field) in METRICS:
-        if ours_worker not in workers and ref_worker not in workers:
+    for key, label, unit, better, ours_routes, peer_routes in METRICS:
+        if not any(worker in workers for worker, _ in ours_routes + peer_routes):
             continue
-        row = {"label": label.format(**labels), "unit": unit, "better": better, "reasons": {}, "notes": {}}
-        for column, worker, field in (("ours", ours_worker, ours_field), ("timm", ref_worker, ref_field)):
-            record = workers.get(worker)
-            value = (record.get("result") or {}).get(field) if record else None
-            if record is None:
-                row["reasons"][column] = f"{worker} not run (--only)"
-            elif not record["ok"]:
-                row["reasons"][column] = f"{worker}: {record['error']}"
-            elif value is not None and value <= 0 and key in TIMING_DIFFERENCES:
-                row["notes"][column] = f"{worker} measured {value:.3f} s: ≈ 0, within the steps' noise"
-                value = 0.0
-            elif value is None or value <= 0:
-                row["reasons"][column] = f"{worker} measured {value!r}, no positive value"
-                value = None
-            row[column] = None if value is None else round(value, 3)
-        ours, ref = row["ours"], row["timm"]
+        row = {"label": label.format(**labels), "unit": unit, "better": better, "reasons": {}, "notes": {},
+               "skipped": {}}
+        for column, routes in (("ours", ours_routes), ("peer", peer_routes)):
+            value, worker, reasons, notes = _side(workers, routes, key, better)
+            row[column], row[f"{column}_route"] = value, worker
+            row["notes"].update({column: note for note in notes.values()})
+            if value is None:
+                row["reasons"][column] = "; ".join(reasons.values())
+            else:
+                row["skipped"].update(reasons)
+        ours, ref = row["ours"], row["peer"]
         if ours == 0.0 or ref == 0.0:
             row["ratio"] = None
             row["notes"]["ratio"] = "no ratio: a value is ≈ 0"
@@ -74,11 +125,14 @@ def format_value(value):
 
 def format_table(metrics, workers):
     width = max([len(row["label"]) for row in metrics.values()] + [10])
-    lines = [f"{'':<{width}}  {'ours':>9}  {'timm':>9}  {'ratio':>7}", "-" * (width + 33)]
+    lines = [f"{'':<{width}}  {'ours':>9}  {'peer':>9}  {'ratio':>7}  routes (ours | strongest peer)",
+             "-" * (width + 70)]
     for row in metrics.values():
-        lines.append(f"{row['label']:<{width}}  {format_value(row['ours']):>9}  {format_value(row['timm']):>9}  "
-                     f"{format_value(row['ratio']) + ('x' if row['ratio'] is not None else ''):>7}")
-    lines.append("ratio > 1: ours better (ours/timm for throughput, timm/ours for times and memory)")
+        routes = f"{row['ours_route'] or 'n/a'} | {row['peer_route'] or 'n/a'}"
+        lines.append(f"{row['label']:<{width}}  {format_value(row['ours']):>9}  {format_value(row['peer']):>9}  "
+                     f"{format_value(row['ratio']) + ('x' if row['ratio'] is not None else ''):>7}  {routes}")
+    lines.append("ratio > 1: ours better (ours/peer for throughput, peer/ours for times and memory); each row "
+                 "compares with the strongest peer route measured")
     for name, record in workers.items():
         if not record["ok"]:
             lines.append(f"{name} failed after {record['duration_s']} s: {record['error']}")
@@ -102,7 +156,7 @@ def plot_ratios(metrics, path, title):
         ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {text}", va="center", fontsize=8)
     ax.invert_yaxis()
     ax.set_xlim(0, max(ratios + [1.0]) * 1.25)
-    ax.set_xlabel("ratio (> 1: this project better than timm)")
+    ax.set_xlabel("ratio (> 1: this project better than the strongest peer)")
     ax.set_title(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -116,6 +170,10 @@ EFFICIENCY_ROWS = (
      True, "ours"),
     ("train_timm", "train b{train_batch} {train_size}px, timm", "train_timm", "step_s", "train_size", "train_batch",
      True, "timm"),
+    ("train_timm_cl", "train b{train_batch} {train_size}px, timm channels_last", "train_timm_cl", "step_s",
+     "train_size", "train_batch", True, "timm"),
+    ("train_timm_compile", "train b{train_batch} {train_size}px, timm torch.compile", "train_timm_compile", "step_s",
+     "train_size", "train_batch", True, "timm"),
     ("eval_ours", "eval b{eval_batch} {eval_size}px, ours", "eval_ours", "img_s", "eval_size", "eval_batch", False,
      "ours"),
     ("eval_timm", "eval b{eval_batch} {eval_size}px, timm", "eval_timm", "img_s", "eval_size", "eval_batch", False,

@@ -15,6 +15,25 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "benchmarks", "bench.py")
 
 
+# --isa avx2: what each framework is limited to (oneDNN in MindSpore and PyTorch, PyTorch's own kernels, our
+# C++ kernels' -march). ONNX Runtime's MLAS and OpenVINO pick their kernels from CPUID and have no such switch.
+ISA_LIMITS = {"native": {},
+              "avx2": {"ONEDNN_MAX_CPU_ISA": "AVX2", "ATEN_CPU_CAPABILITY": "avx2", "NFNET_KERNEL_MARCH": "x86-64-v3"}}
+
+
+def cpu_isa():
+    """The widest x86 vector ISA the CPU reports (avx512, avx2, sse), or the machine's name elsewhere."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = set(next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), []))
+    except OSError:
+        flags = set()
+    for isa, flag in (("avx512", "avx512f"), ("avx2", "avx2"), ("sse", "sse4_2")):
+        if flag in flags:
+            return isa
+    return platform.machine()
+
+
 def machine_info(threads):
     model = "unknown"
     try:
@@ -23,8 +42,8 @@ def machine_info(threads):
     except OSError:
         pass
     versions = {}
-    for package in ("mindspore", "torch", "timm", "numpy", "torchvision", "pillow", "onnxruntime",
-                    "opencv-python-headless", "matplotlib"):
+    for package in ("mindspore", "torch", "timm", "numpy", "torchvision", "pillow", "onnxruntime", "openvino",
+                    "onnx", "opencv-python-headless", "matplotlib"):
         try:
             versions[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
@@ -40,7 +59,7 @@ def machine_info(threads):
     except (OSError, subprocess.SubprocessError):
         commit = None
     return {"cpu": model, "cores": os.cpu_count(), "usable_cores": available_cores(), "threads": threads,
-            "memory_gb": mem_gb, "load_avg_at_start": list(os.getloadavg()), "platform": platform.platform(),
+            "memory_gb": mem_gb, "isa": cpu_isa(), "load_avg_at_start": list(os.getloadavg()), "platform": platform.platform(),
             "python": platform.python_version(), **versions, "git_commit": commit}
 
 
@@ -115,7 +134,8 @@ def run_worker(name, opt, timeout, workdir, key=None, args=(), steps=None):
         command += ["--data-dir", opt.data_dir]
     if opt.quick:
         command.append("--quick")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
+               **ISA_LIMITS[getattr(opt, "isa", "native")])
     env.setdefault("GLOG_v", "3")  # MindSpore: errors only in the log
     limit_mb = opt.max_rss_gb * 1024
     start, peak_seen, error = time.perf_counter(), 0.0, None

@@ -7,7 +7,8 @@ The resolutions stop at 128 px for F0: its last stage then runs at 4x4; MindSpor
 kernels take minutes per train step on 1x1 feature maps (a cliff, not a curve).
 """
 
-FRAMEWORKS = (("ours", "train_ours"), ("timm", "train_timm"))
+# timm's two training forms that fit a curve's budget (torch.compile's minutes of compile per point do not)
+FRAMEWORKS = (("ours", "train_ours"), ("timm", "train_timm"), ("timm_cl", "train_timm_cl"))
 # (batch sizes at the train size, resolutions at the train batch)
 SWEEPS = {"full": ((1, 2, 4, 8, 16), (128, 192, 256)),
           "quick": ((1, 2), (64, 96))}
@@ -34,7 +35,7 @@ def point_timeout(worker, batch, size, base_batch, base_size, quick_timeout=None
     if quick_timeout is not None:
         return quick_timeout
     work = batch * size * size / (base_batch * base_size * base_size)
-    fixed, per_work = (120, 150) if worker == "train_ours" else (90, 150)
+    fixed, per_work = (120, 150) if worker == "train_ours" else (90, 150)  # both timm forms alike
     return fixed + per_work * work
 
 
@@ -74,7 +75,7 @@ def collect_curves(points, records, flops_by_size=None, peak_gflop_s=None):
 def format_curves(curves):
     lines = []
     for sweep, title in (("batch", "batch size"), ("resolution", "resolution")):
-        lines.append(f"train step against {title}: step s (peak RSS MB), ours | timm")
+        lines.append(f"train step against {title}: step s (peak RSS MB), ours | timm eager | timm channels_last")
         for row in curves.get(sweep, []):
             cells = []
             for framework, _ in FRAMEWORKS:
@@ -82,7 +83,7 @@ def format_curves(curves):
                 cells.append(f"failed: {entry['error'][:60]}" if "error" in entry else
                              f"{entry['step_s']:7.2f} s ({entry['peak_rss_mb']:6.0f} MB)")
             floor = f"   floor {row['floor_step_s']:.3g} s" if "floor_step_s" in row else ""
-            lines.append(f"  b{row['batch']:<3} {row['size']:>4}px  {cells[0]}  |  {cells[1]}{floor}")
+            lines.append(f"  b{row['batch']:<3} {row['size']:>4}px  {'  |  '.join(cells)}{floor}")
     return "\n".join(lines)
 
 
@@ -96,7 +97,8 @@ def plot_curves(curves, path, title):
 
     fig, axes = plt.subplots(2, 2, figsize=(11, 8))
     styles = {"ours": dict(color="tab:blue", marker="o", label="ours (MindSpore)"),
-              "timm": dict(color="tab:orange", marker="s", label="timm (PyTorch)")}
+              "timm": dict(color="tab:orange", marker="s", label="timm (PyTorch eager)"),
+              "timm_cl": dict(color="tab:red", marker="^", label="timm (PyTorch channels_last)")}
     for column, (sweep, xkey, xlabel) in enumerate((("batch", "batch", "batch size"),
                                                     ("resolution", "size", "input side (px)"))):
         rows = curves.get(sweep, [])

@@ -41,6 +41,13 @@ CXX_FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fopenmp-simd", "-pthre
              "-std=c++17")
 
 _state = {"path": None, "tried": False, "threads": 0}
+
+
+def cxx_flags():
+    """CXX_FLAGS with the -march level of NFNET_KERNEL_MARCH (default native; e.g. x86-64-v3 builds
+    AVX2 code on an AVX-512 machine, as the bench's --isa avx2 does)."""
+    march = os.environ.get("NFNET_KERNEL_MARCH", "native")
+    return tuple(f"-march={march}" if flag == "-march=native" else flag for flag in CXX_FLAGS)
 _BUILD_ERRORS = (OSError, RuntimeError, subprocess.SubprocessError)  # no compiler, failed build, unwritable cache
 
 
@@ -91,7 +98,7 @@ def dnnl_link_flags():
 def library_name():
     with open(SOURCE, "rb") as f:
         source = f.read()
-    key = hashlib.sha256(source + " ".join(CXX_FLAGS + dnnl_link_flags()).encode() + platform.machine().encode()
+    key = hashlib.sha256(source + " ".join(cxx_flags() + dnnl_link_flags()).encode() + platform.machine().encode()
                          + _cpu_signature().encode()).hexdigest()[:16]
     return f"libnfnet_cpu_kernels-{key}.so"
 
@@ -110,7 +117,7 @@ def build(directory=None, compiler=None):
     if shutil.which(compiler) is None:
         raise RuntimeError(f"no C++ compiler {compiler!r} on PATH")
     with atomic_path(path, durable=False) as tmp:  # a cache: rebuilt if lost
-        proc = subprocess.run([compiler, *CXX_FLAGS, "-o", tmp, SOURCE, *dnnl_link_flags()], capture_output=True,
+        proc = subprocess.run([compiler, *cxx_flags(), "-o", tmp, SOURCE, *dnnl_link_flags()], capture_output=True,
                               text=True, timeout=300, check=False)
         if proc.returncode != 0:
             raise RuntimeError(f"{compiler} failed on {SOURCE}: {proc.stderr.strip()[-2000:]}")
