@@ -67,7 +67,7 @@ def syntax_check(source, flavour, extra=()):
 @pytest.mark.parametrize("flavour", sorted(FLAVOURS))
 @pytest.mark.parametrize("source", SOURCES, ids=os.path.basename)
 def test_every_source_type_checks_against_the_mindspore_api(source, flavour):
-    assert len(SOURCES) == 2
+    assert len(SOURCES) == 3
     result = syntax_check(source, flavour)
     assert result.returncode == 0, result.stderr
 
