@@ -227,7 +227,8 @@ bool CheckMindir(const Options &options, std::string *error) {
     runtime = kBuiltVersion[0] == '\0' ? "of unknown version"
                                        : std::string(kLiteFirst ? "MindSpore Lite " : "MindSpore ") + kBuiltVersion;
   }
-  std::cout << "MINDIR: " << header.producer_name << " " << header.model_version << ", mind_ir_version "
+  std::cout << "MINDIR: " << header.producer_name << " "
+            << (header.model_version.empty() ? "(no version)" : header.model_version) << ", mind_ir_version "
             << header.mind_ir_version << "; runtime: " << runtime << std::endl;
   *error = nfnet_infer::MindirVersionProblem(options.mindir_path, header, runtime);
   return error->empty();
