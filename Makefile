@@ -41,7 +41,7 @@ test-slow: $(VENV)/.requirements-dev shellcheck
 # mindspore-lite 2.0.0 wheel and a Python 3.7 venv holding it, made once in LITE_CACHE (outside git)
 LITE_CACHE ?= $(HOME)/.cache/nfnet-mindspore/lite
 test-lite: $(VENV)/.requirements-dev shellcheck
-	NFNET_LITE_CACHE=$(LITE_CACHE) $(PY) -m pytest -m lite
+	NFNET_LITE_CACHE=$(LITE_CACHE) $(PY) -m pytest -m lite tests/deploy/test_lite_runtime.py
 
 # side-by-side speed against timm (issue 6): table, benchmarks/results.json, benchmarks/results.png
 bench: $(VENV)/.requirements-dev

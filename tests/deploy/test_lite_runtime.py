@@ -17,7 +17,8 @@ Not proved here: an Ascend device, a MindSpore Lite 2.10 package (no registry ha
 
 The wheel (169 MB) and a Python 3.7 venv holding it (+ numpy, 16 MB) are made once in
 $NFNET_LITE_CACHE (default ~/.cache/nfnet-mindspore/lite). Without Python 3.7 or without PyPI the tests
-skip with one line saying what is missing; in CI (CI=1) that skip is a failure (tests/conftest.py).
+skip with one line saying what is missing; in CI (CI=1) that line stops the run with exit status 2, as
+tests/conftest.py does for a missing tool.
 """
 import glob
 import json
@@ -55,6 +56,13 @@ def run(command, timeout=600, **kwargs):
     return subprocess.run(command, capture_output=True, text=True, timeout=timeout, **kwargs)
 
 
+def missing(reason):
+    """Skip for `reason`; in CI, stop the run with it (one line, as tests/conftest.py's missing tools)."""
+    if os.environ.get("CI"):
+        pytest.exit(f"error: CI is set but make test-lite cannot run here: {reason}", returncode=2)
+    pytest.skip(reason)
+
+
 def cause(result):
     """pip's ERROR line, else the last line of the output."""
     lines = [line.strip() for line in (result.stderr + result.stdout).splitlines() if line.strip()]
@@ -72,7 +80,7 @@ def lite_python():
         return python
     python37 = find_python37()
     if python37 is None:
-        pytest.skip("Python 3.7 is missing (mindspore-lite 2.0.0 is a cp37 wheel): install it, e.g. "
+        missing("Python 3.7 is missing (mindspore-lite 2.0.0 is a cp37 wheel): install it, e.g. "
                     "`pyenv install 3.7.16`, or put python3.7 on PATH")
     wheel = os.path.join(CACHE, "wheel", WHEEL)
     if not os.path.isfile(wheel):
@@ -80,12 +88,12 @@ def lite_python():
                       "3.7", "--platform", "manylinux1_x86_64", f"mindspore-lite=={LITE_VERSION}", "-d",
                       os.path.dirname(wheel)], timeout=1200)
         if result.returncode != 0 or not os.path.isfile(wheel):
-            pytest.skip(f"PyPI's mindspore-lite=={LITE_VERSION} wheel cannot be downloaded: {cause(result)}")
+            missing(f"PyPI's mindspore-lite=={LITE_VERSION} wheel cannot be downloaded: {cause(result)}")
     shutil.rmtree(venv, ignore_errors=True)  # a venv without its stamp is a half-made one
     for command in ([python37, "-m", "venv", venv], [python, "-m", "pip", "install", "-q", wheel]):
         result = run(command, timeout=1200)
         if result.returncode != 0:
-            pytest.skip(f"cannot install {WHEEL} into a Python 3.7 venv ({' '.join(command[:3])}): "
+            missing(f"cannot install {WHEEL} into a Python 3.7 venv ({' '.join(command[:3])}): "
                         f"{cause(result)}")
     with open(stamp, "w", encoding="utf-8") as f:
         f.write(WHEEL + "\n")
