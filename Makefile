@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 
-.PHONY: demo test test-slow bench clean
+.PHONY: demo test test-slow test-lite bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,12 @@ test: $(VENV)/.requirements-dev shellcheck
 # the multi-process fault tests (pytest marker `slow`, left out of `make test`); CI runs both
 test-slow: $(VENV)/.requirements-dev shellcheck
 	$(PY) -m pytest -m slow
+
+# the C++ app (ascend310_infer/) on a real MindSpore Lite runtime (pytest marker `lite`): PyPI's
+# mindspore-lite 2.0.0 wheel and a Python 3.7 venv holding it, made once in LITE_CACHE (outside git)
+LITE_CACHE ?= $(HOME)/.cache/nfnet-mindspore/lite
+test-lite: $(VENV)/.requirements-dev shellcheck
+	NFNET_LITE_CACHE=$(LITE_CACHE) $(PY) -m pytest -m lite tests/deploy/test_lite_runtime.py
 
 # side-by-side speed against timm (issue 6): table, benchmarks/results.json, benchmarks/results.png
 bench: $(VENV)/.requirements-dev

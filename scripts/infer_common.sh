@@ -79,12 +79,13 @@ if [ -z "${PYTHON:-}" ]; then
   if [ -x "$ROOT/.venv/bin/python" ]; then PYTHON="$ROOT/.venv/bin/python"; else PYTHON=python3; fi
 fi
 
-step() {  # step <name> <log> <command...>: run, log, and stop with a pointer to the log on failure
+step() {  # step <name> <log> <command...>: run, log, and stop with the cause and a pointer to the log on failure
   local name="$1" log="$2"
   shift 2
   echo "== $name (log: $log)"
   if ! "$@" > "$log" 2>&1; then
-    tail -n 5 "$log" >&2
+    # the cause: the step's own `error:` lines (a runtime's log lines can bury them), else the log's end
+    grep '^error: ' "$log" >&2 || tail -n 5 "$log" >&2
     echo "error: $name failed, see $log" >&2
     exit 1
   fi

@@ -18,8 +18,13 @@
 # dm_nfnet_nano_digits.yaml; NFNET_CONFIG=<yaml> overrides it, e.g. for F1-F6). DATASET_PATH is the
 # validation folder of class folders (or a dataset root holding val/). DEVICE_ID defaults to 0.
 # Results go to the current folder: preprocess_Result/, result_Files/, time_Result/, acc.log,
-# acc.json. INFER_APP=<built app> skips the build (build.sh finds MindSpore Lite through LITE_HOME
-# or MINDSPORE_PATH); PYTHON selects the interpreter (default: the repository's .venv, else python3).
+# acc.json. INFER_APP=<built app> skips the build; otherwise build.sh builds it into
+# BUILD_DIR (default ascend310_infer/out), finding MindSpore Lite through LITE_HOME or
+# MINDSPORE_PATH, or as the mindspore_lite package of LITE_PYTHON (an interpreter with
+# `pip install mindspore-lite`; default: PYTHON). PYTHON selects the interpreter of the Python
+# steps (default: the repository's .venv, else python3). The app finds the runtime's libraries by
+# its RPATH (no LD_LIBRARY_PATH needed). A MINDIR from a newer MindSpore than the runtime stops
+# with one error line naming both and the ONNX -> converter_lite route (docs/deployment.md).
 set -euo pipefail
 # shellcheck source=scripts/script_help.sh
 source "$(dirname "${BASH_SOURCE[0]}")/script_help.sh"
@@ -61,8 +66,10 @@ step preprocess "$OUT_DIR/preprocess.log" \
   "$PYTHON" "$ROOT/preprocess.py" --config "$CONFIG" "${settings[@]}" --data_path "$DATASET_PATH" \
   --output_path "$OUT_DIR/preprocess_Result"
 if [ -z "${INFER_APP:-}" ]; then
-  step build "$OUT_DIR/build.log" env PYTHON="$PYTHON" bash "$ROOT/ascend310_infer/build.sh"
-  INFER_APP="$ROOT/ascend310_infer/out/main"
+  BUILD_DIR="${BUILD_DIR:-$ROOT/ascend310_infer/out}"
+  step build "$OUT_DIR/build.log" env PYTHON="${LITE_PYTHON:-$PYTHON}" BUILD_DIR="$BUILD_DIR" \
+    bash "$ROOT/ascend310_infer/build.sh"
+  INFER_APP="$BUILD_DIR/main"
 fi
 step inference "$OUT_DIR/infer.log" \
   "$INFER_APP" --mindir_path="$MINDIR_PATH" --input_path="$OUT_DIR/preprocess_Result/images" \

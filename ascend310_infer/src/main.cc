@@ -6,8 +6,13 @@
  * written by preprocess.py through the Python eval transform, so no image decoding or
  * resizing happens here) and writes <result_path>/<name>_<i>.bin for each output i,
  * which postprocess.py scores. Prints the latency of each file and writes the mean per
- * real image to <time_path>/test_perform_static.txt. Every MindSpore Status is checked: the
- * app stops with one line naming the failed step and exits non-zero (2: a user mistake).
+ * real image to <time_path>/test_perform_static.txt. Every MindSpore call runs inside a
+ * try/catch and has its Status checked: the app never aborts; it stops with one `error:` line
+ * naming the step, the MINDIR, the device and the cause (the exception's text, or the Status as
+ * its signed code, name and message) and exits 2 when the model cannot be built or used (a
+ * MINDIR this runtime cannot read, a wrong device), 1 when an inference fails. Before building,
+ * the MINDIR's header (inc/mindir_header.h) is checked against mindspore::Version(): a MINDIR
+ * from a newer MindSpore is named as such, with the MindSpore Lite it needs and the ONNX route.
  *
  * Building the model differs between the two packages that install include/api:
  * - MindSpore Lite builds from the file, Model::Build(path, ModelType::kMindIR, context), and
@@ -33,6 +38,7 @@
 #include "include/api/serialization.h"
 #include "include/api/status.h"
 #include "include/api/types.h"
+#include "inc/mindir_header.h"
 #include "inc/utils.h"
 
 namespace {
@@ -41,19 +47,45 @@ using mindspore::MSTensor;
 using mindspore::Status;
 using nfnet_infer::Options;
 
+#ifndef NFNET_MS_VERSION
+#define NFNET_MS_VERSION ""
+#endif
+/// The version of the MindSpore (Lite) package build.sh built against ("" when it could not tell).
+constexpr char kBuiltVersion[] = NFNET_MS_VERSION;
+
 #ifdef NFNET_MINDSPORE_LITE
 constexpr bool kLiteFirst = true;
 #else
 constexpr bool kLiteFirst = false;
 #endif
 
-/// Prints "error: <step> failed (status <code>): <message>" when `status` is not OK.
-bool Ok(const Status &status, const std::string &step) {
-  if (status == mindspore::kSuccess) {
-    return true;
+/// "status <signed code> <name>[: <message>]": what a failed Status says.
+std::string StatusText(const Status &status) {
+  const mindspore::StatusCode code = status.StatusCode();
+  const std::string name = Status::CodeAsString(code);
+  std::string text = "status " + std::to_string(static_cast<int32_t>(code)) + " (" + name + ")";
+  for (const std::string &detail : {status.GetErrDescription(), status.ToString()}) {
+    if (!detail.empty() && detail != name) {
+      return text + ": " + detail;
+    }
   }
-  std::cerr << "error: " << step << " failed (status " << static_cast<uint32_t>(status.StatusCode())
-            << "): " << status.ToString() << std::endl;
+  return text;
+}
+
+/// Runs one MindSpore call, which returns a Status or throws; false with `cause` set when it fails.
+template <typename Call>
+bool Try(Call &&call, std::string *cause) {
+  try {
+    const Status status = call();
+    if (status == mindspore::kSuccess) {
+      return true;
+    }
+    *cause = StatusText(status);
+  } catch (const std::exception &e) {
+    *cause = std::string("exception: ") + e.what();
+  } catch (...) {
+    *cause = "an exception that is not a std::exception";
+  }
   return false;
 }
 
@@ -97,22 +129,35 @@ Status BuildFromGraph(mindspore::Model *model, const std::string &path,
   return model->Build(mindspore::GraphCell(graph), context);
 }
 
+/// Where the app runs: "<mindir> on <device_type> <device_id>".
+std::string Where(const Options &options) {
+  return options.mindir_path + " on " + options.device_type + " " + std::to_string(options.device_id);
+}
+
 /// Builds the model the flavour's way; on kLiteNotSupport, the other way on a fresh Model.
+/// Null with `error` set (one line) when neither works.
 std::unique_ptr<mindspore::Model> BuildModel(const Options &options,
-                                             const std::shared_ptr<mindspore::Context> &context) {
+                                             const std::shared_ptr<mindspore::Context> &context,
+                                             std::string *error) {
   using Builder = Status (*)(mindspore::Model *, const std::string &, const std::shared_ptr<mindspore::Context> &);
   const Builder first = kLiteFirst ? BuildFromFile : BuildFromGraph;
   const Builder second = kLiteFirst ? BuildFromGraph : BuildFromFile;
   const char *second_name = kLiteFirst ? "Serialization::Load + GraphCell" : "Model::Build(path)";
   auto model = std::make_unique<mindspore::Model>();
-  Status status = first(model.get(), options.mindir_path, context);
-  if (status == mindspore::kLiteNotSupport) {
+  bool unsupported = false;
+  std::string cause;
+  bool built = Try([&] {
+    const Status status = first(model.get(), options.mindir_path, context);
+    unsupported = status == mindspore::kLiteNotSupport;
+    return status;
+  }, &cause);
+  if (unsupported) {
     std::cout << "note: the runtime does not support this way of building; trying " << second_name << std::endl;
     model = std::make_unique<mindspore::Model>();
-    status = second(model.get(), options.mindir_path, context);
+    built = Try([&] { return second(model.get(), options.mindir_path, context); }, &cause);
   }
-  if (!Ok(status, "building " + options.mindir_path + " on " + options.device_type + " " +
-                      std::to_string(options.device_id))) {
+  if (!built) {
+    *error = "building " + Where(options) + " failed: " + cause;
     return nullptr;
   }
   return model;
@@ -166,18 +211,32 @@ bool FileSize(const std::string &path, size_t *size) {
   return true;
 }
 
-}  // namespace
-
-int main(int argc, char **argv) {
-  Options options;
-  std::string error;
-  if (!nfnet_infer::ParseOptions(argc, argv, &options, &error)) {
-    if (!error.empty()) {
-      std::cerr << "error: " << error << "\n";
-    }
-    std::cerr << nfnet_infer::Usage(argv[0]) << std::endl;
-    return error.empty() ? 0 : nfnet_infer::kExitUsage;
+/// Checks the MINDIR's header against the runtime; false with `error` set when it cannot be read here.
+bool CheckMindir(const Options &options, std::string *error) {
+  nfnet_infer::MindirHeader header;
+  if (!nfnet_infer::ReadMindirHeader(options.mindir_path, &header, error)) {
+    return false;
   }
+  std::string runtime;
+  std::string cause;
+  Try([&] {
+    runtime = mindspore::Version();
+    return Status(mindspore::kSuccess);
+  }, &cause);
+  if (runtime.empty()) {  // MindSpore Lite 2.0.0 answers ""; build.sh read the version from the package
+    runtime = kBuiltVersion[0] == '\0' ? "of unknown version"
+                                       : std::string(kLiteFirst ? "MindSpore Lite " : "MindSpore ") + kBuiltVersion;
+  }
+  std::cout << "MINDIR: " << header.producer_name << " "
+            << (header.model_version.empty() ? "(no version)" : header.model_version) << ", mind_ir_version "
+            << header.mind_ir_version << "; runtime: " << runtime << std::endl;
+  *error = nfnet_infer::MindirVersionProblem(options.mindir_path, header, runtime);
+  return error->empty();
+}
+
+/// Everything after the options: build, check, run every file, write the timing. Returns the exit code.
+int Run(const Options &options) {
+  std::string error;
   std::vector<std::string> files;
   if (!nfnet_infer::ListBinFiles(options.input_path, &files, &error)) {
     return Fail(error, nfnet_infer::kExitUsage);
@@ -186,6 +245,9 @@ int main(int argc, char **argv) {
     return Fail("no .bin files in " + options.input_path + " (run preprocess.py first)", nfnet_infer::kExitUsage);
   }
   if (!nfnet_infer::MakeDirs(options.result_path, &error) || !nfnet_infer::MakeDirs(options.time_path, &error)) {
+    return Fail(error, nfnet_infer::kExitUsage);
+  }
+  if (!CheckMindir(options, &error)) {
     return Fail(error, nfnet_infer::kExitUsage);
   }
 
@@ -197,9 +259,9 @@ int main(int argc, char **argv) {
     std::cout << ", precision_mode " << options.precision_mode;
   }
   std::cout << std::endl;
-  std::unique_ptr<mindspore::Model> model = BuildModel(options, context);
+  std::unique_ptr<mindspore::Model> model = BuildModel(options, context, &error);
   if (model == nullptr) {
-    return nfnet_infer::kExitRuntime;
+    return Fail(error, nfnet_infer::kExitUsage);
   }
   const std::vector<MSTensor> model_inputs = model->GetInputs();
   if (model_inputs.size() != 1) {
@@ -226,6 +288,7 @@ int main(int argc, char **argv) {
             << files.size() << " files" << std::endl;
 
   double total_ms = 0.0;
+  std::string cause;
   for (size_t index = 0; index < files.size(); ++index) {
     const std::string &file = files[index];
     std::vector<char> data;
@@ -235,17 +298,19 @@ int main(int argc, char **argv) {
     std::vector<MSTensor> inputs;
     inputs.emplace_back(input.Name(), input.DataType(), shape, data.data(), data.size());
     std::vector<MSTensor> outputs;
-    if (index == 0 && !Ok(model->Predict(inputs, &outputs), "warm-up inference on " + file)) {
-      return nfnet_infer::kExitRuntime;  // the first call sets the device up; it is not timed
+    if (index == 0 && !Try([&] { return model->Predict(inputs, &outputs); }, &cause)) {
+      // the first call sets the device up; it is not timed
+      return Fail("warm-up inference on " + file + " (" + Where(options) + ") failed: " + cause,
+                  nfnet_infer::kExitRuntime);
     }
     outputs.clear();
     const auto start = std::chrono::steady_clock::now();
-    const Status status = model->Predict(inputs, &outputs);
+    const bool ran = Try([&] { return model->Predict(inputs, &outputs); }, &cause);
     const auto end = std::chrono::steady_clock::now();
-    const std::string name = nfnet_infer::BaseName(file);
-    if (!Ok(status, "inference on " + file)) {
-      return nfnet_infer::kExitRuntime;
+    if (!ran) {
+      return Fail("inference on " + file + " (" + Where(options) + ") failed: " + cause, nfnet_infer::kExitRuntime);
     }
+    const std::string name = nfnet_infer::BaseName(file);
     const int code = WriteOutputs(options, name, batch, outputs);
     if (code != 0) {
       return code;
@@ -262,4 +327,26 @@ int main(int argc, char **argv) {
   }
   std::cout << summary << std::endl;
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char **argv) {
+  Options options;
+  std::string error;
+  if (!nfnet_infer::ParseOptions(argc, argv, &options, &error)) {
+    if (!error.empty()) {
+      std::cerr << "error: " << error << "\n";
+    }
+    std::cerr << nfnet_infer::Usage(argv[0]) << std::endl;
+    return error.empty() ? 0 : nfnet_infer::kExitUsage;
+  }
+  try {  // the calls not wrapped one by one (GetInputs, MSTensor, Data()) can throw too: never abort
+    return Run(options);
+  } catch (const std::exception &e) {
+    return Fail("running " + Where(options) + " failed: exception: " + e.what(), nfnet_infer::kExitRuntime);
+  } catch (...) {
+    return Fail("running " + Where(options) + " failed: an exception that is not a std::exception",
+                nfnet_infer::kExitRuntime);
+  }
 }

@@ -1,5 +1,7 @@
-"""Helpers of the deployment tests (checkpoints, image folders, subprocesses)."""
+"""Helpers of the deployment tests (checkpoints, image folders, exports, eval.py, subprocesses)."""
+import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -71,6 +73,28 @@ def run_python(args, cwd=None, env=None, timeout=300):
     full_env = dict(os.environ, PYTHONPATH=ROOT, **(env or {}))
     return subprocess.run([sys.executable, *args], cwd=cwd or ROOT, env=full_env, capture_output=True,
                           text=True, timeout=timeout)
+
+
+def export_nano(directory, checkpoint, *extra):
+    """export.py of a dm_nfnet_nano checkpoint into <directory>/nano.mindir (or .onnx with --file_format ONNX)."""
+    import importlib
+
+    file_name = str(directory / "nano")
+    importlib.import_module("export").main(["--config", DIGITS_CONFIG, "--device_target", "CPU", "--checkpoint",
+                                            checkpoint, "--file_name", file_name, *extra])
+    return file_name + (".onnx" if "ONNX" in extra else ".mindir")
+
+
+def run_eval_py(tmp_path, checkpoint, image_folder):
+    """eval.py's JSON report for `checkpoint` on `image_folder` (copied to <root>/val)."""
+    root = tmp_path / "dataset"
+    shutil.copytree(image_folder, root / "val")
+    output = tmp_path / "eval.json"
+    result = run_python(["eval.py", "--config", DIGITS_CONFIG, "--device_target", "CPU", "--checkpoint", checkpoint,
+                         "--data_path", str(root), "--output", str(output)])
+    assert result.returncode == 0, result.stdout + result.stderr
+    with open(output, encoding="utf-8") as f:
+        return json.load(f)
 
 
 def error_lines(stderr):

@@ -67,7 +67,7 @@ def syntax_check(source, flavour, extra=()):
 @pytest.mark.parametrize("flavour", sorted(FLAVOURS))
 @pytest.mark.parametrize("source", SOURCES, ids=os.path.basename)
 def test_every_source_type_checks_against_the_mindspore_api(source, flavour):
-    assert len(SOURCES) == 2
+    assert len(SOURCES) == 3
     result = syntax_check(source, flavour)
     assert result.returncode == 0, result.stderr
 
@@ -205,3 +205,62 @@ def test_every_flag_of_the_readme_app_command_is_an_option_of_the_app(io_check):
                 assert value in usage, value
             if flag == "precision_mode":
                 assert value in usage, value
+
+
+# ----------------------------------------------------------------------------- the MINDIR header reader
+
+@pytest.fixture(scope="module")
+def header_check(tmp_path_factory):
+    if GXX is None:
+        pytest.skip("g++ is not installed (Debian package g++)")
+    binary = str(tmp_path_factory.mktemp("mindir_header_check") / "mindir_header_check")
+    result = subprocess.run([GXX, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", "-I", APP_DIR,
+                             os.path.join(ROOT, "tests", "deploy", "cpp", "mindir_header_check.cc"),
+                             os.path.join(APP_DIR, "src", "mindir_header.cc"), "-o", binary],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return binary
+
+
+@pytest.fixture(scope="module")
+def nano_mindir(tmp_path_factory, nano_ckpt):
+    from deploy_helpers import export_nano
+
+    return export_nano(tmp_path_factory.mktemp("mindir"), nano_ckpt)
+
+
+def test_the_header_reader_reads_what_mindspores_own_protobuf_reads(header_check, nano_mindir):
+    """MindSpore's mind_ir_pb2 (the real ModelProto) is the reference for the three fields the app reads."""
+    import mindspore
+    from mindspore.train import mind_ir_pb2
+
+    model = mind_ir_pb2.ModelProto()
+    with open(nano_mindir, "rb") as f:
+        model.ParseFromString(f.read())
+    result = subprocess.run([header_check, nano_mindir, "MindSpore Lite 2.0.0"], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    producer, version, ir_version, problem = result.stdout.split("\n")[:4]
+    assert (producer, version, int(ir_version)) == (model.producer_name, model.model_version, model.mind_ir_version)
+    assert (version, int(ir_version)) == (mindspore.__version__, 3)
+    assert problem.startswith(f"{nano_mindir} is a MINDIR of mind_ir_version 3 exported by MindSpore "
+                              f"{mindspore.__version__}, newer than this runtime (MindSpore Lite 2.0.0)")
+    for runtime in (mindspore.__version__, "MindSpore Lite 2.11.0", "of unknown version"):  # can read, or cannot tell
+        same = subprocess.run([header_check, nano_mindir, runtime], capture_output=True, text=True, timeout=60)
+        assert same.stdout.split("\n")[3] == "", runtime
+
+
+def test_a_file_that_is_not_a_mindir_is_one_error_line(header_check, nano_mindir, tmp_path):
+    with open(nano_mindir, "rb") as f:
+        data = f.read()
+    cases = {"truncated.mindir": (data[:len(data) // 2], "runs past the end of the file"),
+             "text.mindir": (b"not a model\n", "is not a MINDIR"),
+             "empty.mindir": (b"", "no producer_name or model_version")}
+    for name, (content, message) in cases.items():
+        (tmp_path / name).write_bytes(content)
+        result = subprocess.run([header_check, str(tmp_path / name), "2.0.0"], capture_output=True, text=True,
+                                timeout=60)
+        assert result.returncode == 2, name
+        lines = result.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"error: {tmp_path / name} is not a MINDIR"), result.stderr
+        assert message in lines[0], (name, lines[0])

@@ -2,7 +2,6 @@
 import importlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -10,7 +9,8 @@ import mindspore as ms
 import numpy as np
 import pytest
 
-from deploy_helpers import DIGITS_CONFIG, NUM_CLASSES, ROOT, error_lines, make_network, run_python
+from deploy_helpers import (DIGITS_CONFIG, NUM_CLASSES, ROOT, error_lines, export_nano, make_network, run_eval_py,
+                            run_python)
 from src.errors import UserError
 from src.data.folder import scan_image_folder
 from src.data.transforms import create_eval_transform, load_image
@@ -18,7 +18,6 @@ from src.deploy.binio import read_tensor
 from src.deploy.infer_cpu import run_inference
 from src.deploy.metrics import correct_topk
 
-export_script = importlib.import_module("export")
 preprocess_script = importlib.import_module("preprocess")
 
 
@@ -31,13 +30,6 @@ def reference_logits(network, cfg, folder):
     return network(ms.Tensor(x)).asnumpy(), [label for _, label in samples]
 
 
-def export_nano(directory, checkpoint, *extra):
-    file_name = str(directory / "nano")
-    export_script.main(["--config", DIGITS_CONFIG, "--device_target", "CPU", "--checkpoint", checkpoint,
-                        "--file_name", file_name, *extra])
-    return file_name + (".onnx" if "ONNX" in extra else ".mindir")
-
-
 @pytest.fixture(scope="module")
 def nano_mindir(tmp_path_factory, nano_ckpt):
     """export.py with default options on this CPU machine: the portable (native Conv2D) MINDIR."""
@@ -47,18 +39,6 @@ def nano_mindir(tmp_path_factory, nano_ckpt):
 @pytest.fixture(scope="module")
 def nano_onnx(tmp_path_factory, nano_ckpt):
     return export_nano(tmp_path_factory.mktemp("onnx"), nano_ckpt, "--file_format", "ONNX", "--dynamic_batch")
-
-
-def run_eval_py(tmp_path, checkpoint, image_folder):
-    """eval.py's JSON report for `checkpoint` on `image_folder` (copied to <root>/val)."""
-    root = tmp_path / "dataset"
-    shutil.copytree(image_folder, root / "val")
-    output = tmp_path / "eval.json"
-    result = run_python(["eval.py", "--config", DIGITS_CONFIG, "--device_target", "CPU", "--checkpoint", checkpoint,
-                         "--data_path", str(root), "--output", str(output)])
-    assert result.returncode == 0, result.stdout + result.stderr
-    with open(output, encoding="utf-8") as f:
-        return json.load(f)
 
 
 @pytest.mark.timeout(300)
