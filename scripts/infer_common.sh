@@ -6,7 +6,7 @@
 # OPTIONS are --name=value (or --name value) for the names in $INFER_OPTIONS, set by the sourcing
 # script (e.g. "device_type precision_mode"); each sets the upper-case variable of its name.
 # MODEL_LABEL (default MINDIR_PATH) names the model argument in messages. Defines step(),
-# count_images() and config_value() for the pipeline's steps.
+# count_images(), model_value() and check_labels() for the pipeline's steps.
 # shellcheck disable=SC2034  # the variables are used by the scripts that source this file
 
 MODEL_LABEL="${MODEL_LABEL:-MINDIR_PATH}"
@@ -18,7 +18,8 @@ usage() {
     options+="[--$name=<value>] "
   done
   print_usage "${options}[$MODEL_LABEL] [DATASET_NAME] [DATASET_PATH] [DEVICE_ID(optional)]"
-  echo "  DATASET_NAME: imagenet | digits" >&2
+  echo "  DATASET_NAME: imagenet (or the seed's imagenet2012) | digits: the config of the data's defaults;" \
+       "the model's <model>.json (export.py) gives its class count and transform" >&2
 }
 
 while [ $# -gt 0 ] && [[ "$1" == --* ]]; do
@@ -65,9 +66,9 @@ DATASET_NAME="$2"
 DATASET_PATH="$(absolute dir "$3" DATASET_PATH)"
 DEVICE_ID="${4:-0}"
 case "$DATASET_NAME" in
-  imagenet) CONFIG="$ROOT/src/configs/dm_nfnet_f0.yaml" ;;
+  imagenet | imagenet2012) CONFIG="$ROOT/src/configs/dm_nfnet_f0.yaml" ;;
   digits) CONFIG="$ROOT/src/configs/dm_nfnet_nano_digits.yaml" ;;
-  *) echo "error: DATASET_NAME must be imagenet or digits, got '$DATASET_NAME'" >&2; usage; exit 1 ;;
+  *) echo "error: DATASET_NAME must be imagenet (or imagenet2012) or digits, got '$DATASET_NAME'" >&2; usage; exit 1 ;;
 esac
 CONFIG="$(absolute file "${NFNET_CONFIG:-$CONFIG}" config)"
 if ! [[ "$DEVICE_ID" =~ ^[0-9]+$ ]]; then
@@ -97,21 +98,30 @@ labels = json.load(open(sys.argv[1], encoding="utf-8"))
 print(sum(len(v) if isinstance(v, list) else 1 for v in labels.values()))' "$1"
 }
 
-config_value() {  # config_value <key>: the value of <key> in $CONFIG (with its defaults)
+model_value() {  # model_value <key>: <key> of the model: its <model>.json (export.py's record), else $CONFIG's
   PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -c 'import sys
-from src.config import load_config
-print(getattr(load_config(sys.argv[1]), sys.argv[2]))' "$CONFIG" "$1"
+from src.deploy.cli import print_model_value
+from src.errors import run_cli
+run_cli(print_model_value, *sys.argv[1:])' "$CONFIG" "$MINDIR_PATH" "$1"
+}
+
+check_labels() {  # check_labels <labels.json> <num_classes>: refuse, before inference, labels the model cannot score
+  PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -c 'import sys
+from src.deploy.cli import check_label_range
+from src.errors import run_cli
+run_cli(check_label_range, *sys.argv[1:])' "$1" "$2" "$MINDIR_PATH"
 }
 
 python_flow() {  # python_flow <--mindir_path|--onnx_path>: preprocess -> src.deploy.infer_cpu -> postprocess
   local num_classes
-  num_classes="$(config_value num_classes)"
+  num_classes="$(model_value num_classes)" || exit 1
   rm -rf "$OUT_DIR/preprocess_Result" "$OUT_DIR/result_Files" "$OUT_DIR/time_Result"
   local settings=()  # the data settings export.py wrote beside the model (src/data/data_settings.py)
   [ -f "$MINDIR_PATH.json" ] && settings=(--model "$MINDIR_PATH")
   step preprocess "$OUT_DIR/preprocess.log" \
     "$PYTHON" "$ROOT/preprocess.py" --config "$CONFIG" "${settings[@]}" --data_path "$DATASET_PATH" \
     --output_path "$OUT_DIR/preprocess_Result"
+  check_labels "$OUT_DIR/preprocess_Result/labels.json" "$num_classes" || exit 1
   step inference "$OUT_DIR/infer.log" \
     env PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$PYTHON" -m src.deploy.infer_cpu \
     "$1" "$MINDIR_PATH" --input_path "$OUT_DIR/preprocess_Result/images" \

@@ -57,20 +57,22 @@ if [[ "$DEVICE_TYPE" == Ascend* ]]; then
 else
   echo "device: $DEVICE_TYPE $DEVICE_ID"
 fi
-NUM_CLASSES="$(config_value num_classes)"
+NUM_CLASSES="$(model_value num_classes)" || exit 1
 
-rm -rf "$OUT_DIR/preprocess_Result" "$OUT_DIR/result_Files" "$OUT_DIR/time_Result"
-settings=()  # the data settings export.py wrote beside the model (src/data/data_settings.py)
-[ -f "$MINDIR_PATH.json" ] && settings=(--model "$MINDIR_PATH")
-step preprocess "$OUT_DIR/preprocess.log" \
-  "$PYTHON" "$ROOT/preprocess.py" --config "$CONFIG" "${settings[@]}" --data_path "$DATASET_PATH" \
-  --output_path "$OUT_DIR/preprocess_Result"
+# the app first: a machine without the MindSpore C++ API learns it before the whole split is preprocessed
 if [ -z "${INFER_APP:-}" ]; then
   BUILD_DIR="${BUILD_DIR:-$ROOT/ascend310_infer/out}"
   step build "$OUT_DIR/build.log" env PYTHON="${LITE_PYTHON:-$PYTHON}" BUILD_DIR="$BUILD_DIR" \
     bash "$ROOT/ascend310_infer/build.sh"
   INFER_APP="$BUILD_DIR/main"
 fi
+rm -rf "$OUT_DIR/preprocess_Result" "$OUT_DIR/result_Files" "$OUT_DIR/time_Result"
+settings=()  # the data settings export.py wrote beside the model (src/data/data_settings.py)
+[ -f "$MINDIR_PATH.json" ] && settings=(--model "$MINDIR_PATH")
+step preprocess "$OUT_DIR/preprocess.log" \
+  "$PYTHON" "$ROOT/preprocess.py" --config "$CONFIG" "${settings[@]}" --data_path "$DATASET_PATH" \
+  --output_path "$OUT_DIR/preprocess_Result"
+check_labels "$OUT_DIR/preprocess_Result/labels.json" "$NUM_CLASSES" || exit 1
 step inference "$OUT_DIR/infer.log" \
   "$INFER_APP" --mindir_path="$MINDIR_PATH" --input_path="$OUT_DIR/preprocess_Result/images" \
   --result_path="$OUT_DIR/result_Files" --time_path="$OUT_DIR/time_Result" \

@@ -29,3 +29,32 @@ def resolve_checkpoint(checkpoint, pretrained):
     if not path:
         raise ConfigError("command line: no weights to export; pass --checkpoint <ckpt> (or --pretrained <ckpt>)")
     return path
+
+
+def print_model_value(config_path, model_path, key):
+    """Print ``key`` of the exported model at ``model_path``: the value its ``<model>.json`` (export.py's record
+    of the checkpoint's settings) holds, else the config's. The inference scripts take the class count and
+    the transform from here, so a fine-tuned model is scored with its own (issue 27)."""
+    import os
+
+    from src.config import load_config
+    from src.data.data_settings import apply_settings, read_sidecar, sidecar_path
+
+    cfg = load_config(config_path)
+    if os.path.isfile(sidecar_path(model_path)):
+        cfg, _ = apply_settings(cfg, read_sidecar(model_path))
+    print(getattr(cfg, key))
+
+
+def check_label_range(labels_path, num_classes, model_path):
+    """Refuse, before inference, labels that the model's ``num_classes`` outputs cannot score."""
+    import json
+
+    with open(labels_path, encoding="utf-8") as f:
+        labels = json.load(f)
+    flat = [label for value in labels.values() for label in (value if isinstance(value, list) else [value])]
+    top = max(flat, default=-1)
+    if top >= int(num_classes):
+        raise ConfigError(f"{labels_path}: the dataset has {top + 1} classes, the model {model_path} has "
+                          f"{num_classes} outputs: give the dataset the model was trained for (its class "
+                          f"folders), or the model trained for this dataset")

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from deploy_helpers import (DIGITS_CONFIG, NUM_CLASSES, ROOT, error_lines, export_nano, make_network, run_eval_py,
-                            run_python)
+                            run_python, write_image_folder)
 from src.errors import UserError
 from src.data.folder import scan_image_folder
 from src.data.transforms import create_eval_transform, load_image
@@ -42,14 +42,18 @@ def nano_onnx(tmp_path_factory, nano_ckpt):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("script, model", [("run_infer_cpu.sh", "nano_mindir"), ("run_infer_onnx.sh", "nano_onnx")])
-def test_cpu_flow_counts_exactly_what_eval_py_counts(tmp_path, request, script, model, nano_ckpt, nano_weights,
-                                                     image_folder, digits_cfg):
+# The MINDIR under the seed's dataset name imagenet2012 (the F0 config, 1000 classes): the 10-class model's
+# <model>.json gives the class count and transform, so it scores what it scores under "digits" (issue 27).
+@pytest.mark.parametrize("script, model, dataset_name", [("run_infer_cpu.sh", "nano_mindir", "imagenet2012"),
+                                                         ("run_infer_onnx.sh", "nano_onnx", "digits")])
+def test_cpu_flow_counts_exactly_what_eval_py_counts(tmp_path, request, script, model, dataset_name, nano_ckpt,
+                                                     nano_weights, image_folder, digits_cfg):
     work = tmp_path / "infer"
     work.mkdir()
     env = dict(os.environ, PYTHON=sys.executable)
-    result = subprocess.run(["bash", os.path.join(ROOT, "scripts", script), request.getfixturevalue(model), "digits",
-                             image_folder], cwd=work, env=env, capture_output=True, text=True, timeout=280)
+    result = subprocess.run(["bash", os.path.join(ROOT, "scripts", script), request.getfixturevalue(model),
+                             dataset_name, image_folder], cwd=work, env=env, capture_output=True, text=True,
+                            timeout=280)
     assert result.returncode == 0, result.stdout + result.stderr
     with open(work / "acc.json", encoding="utf-8") as f:
         report = json.load(f)
@@ -72,6 +76,21 @@ def test_cpu_flow_counts_exactly_what_eval_py_counts(tmp_path, request, script, 
     assert error <= 5e-6  # measured 8.2e-7 (MINDIR), 4.1e-7 (ONNX)
     assert "ms per image" in (work / "time_Result" / "test_perform_static.txt").read_text()
     assert "top-1" in (work / "acc.log").read_text()
+
+
+@pytest.mark.timeout(300)
+def test_a_dataset_with_more_classes_than_the_model_is_refused_before_inference(tmp_path, nano_mindir):
+    folder = tmp_path / "twelve"
+    write_image_folder(str(folder), classes=12, per_class=1)
+    work = tmp_path / "infer"
+    work.mkdir()
+    result = subprocess.run(["bash", os.path.join(ROOT, "scripts", "run_infer_cpu.sh"), nano_mindir, "digits",
+                             folder], cwd=work, env=dict(os.environ, PYTHON=sys.executable), capture_output=True,
+                            text=True, timeout=280)
+    assert result.returncode != 0
+    errors = error_lines(result.stderr)
+    assert errors and "12 classes" in errors[0] and f"{nano_mindir} has 10 outputs" in errors[0], result.stderr
+    assert not (work / "result_Files").exists()  # no inference ran
 
 
 def test_inputs_of_another_shape_are_rejected_with_the_fix(tmp_path, nano_mindir, image_folder):

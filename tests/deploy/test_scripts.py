@@ -45,7 +45,7 @@ def test_missing_paths_bad_names_and_ids_are_refused(script, tmp_path, image_fol
         ((tmp_path / "missing.mindir", "digits", image_folder),
          ("ONNX_PATH" if "onnx" in script else "MINDIR_PATH") + " not found"),
         ((mindir, "digits", tmp_path / "missing"), "DATASET_PATH not found"),
-        ((mindir, "cifar", image_folder), "DATASET_NAME must be imagenet or digits"),
+        ((mindir, "cifar", image_folder), "DATASET_NAME must be imagenet (or imagenet2012) or digits"),
         ((mindir, "digits", image_folder, "one"), "DEVICE_ID must be a non-negative integer"),
     ]
     for args, message in cases:
