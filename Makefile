@@ -30,7 +30,7 @@ shellcheck:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq shellcheck >/dev/null; \
 	  else sudo apt-get update -qq && sudo apt-get install -y -qq shellcheck >/dev/null; fi; }
 
-test: $(VENV)/.requirements-dev shellcheck
+test: $(VENV)/.requirements-dev shellcheck arm-tools
 	$(PY) -m pytest
 
 # the multi-process fault tests (pytest marker `slow`, left out of `make test`); CI runs both
@@ -54,3 +54,13 @@ clean:
 	rm -rf outputs data/digits .pytest_cache
 
 .PHONY: shellcheck
+
+# the Arm checks of the fused kernels (tests/models/test_kernels_aarch64.py): Debian's aarch64 cross
+# compiler, qemu-user to run its output, and Debian's oneDNN 2 (a libdnnl the build must not link)
+ARM_TOOLS := g++-aarch64-linux-gnu qemu-user libdnnl2
+arm-tools:
+	@{ command -v aarch64-linux-gnu-g++ && command -v qemu-aarch64 && ls /usr/lib/*-linux-gnu/libdnnl.so.2; } >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq $(ARM_TOOLS) >/dev/null; \
+	  else sudo apt-get update -qq && sudo apt-get install -y -qq $(ARM_TOOLS) >/dev/null; fi; }
+
+.PHONY: arm-tools

@@ -1,4 +1,5 @@
 """Shared test setup: every test runs MindSpore on the CPU backend; in CI nothing skips."""
+import glob
 import importlib.util
 import os
 import shutil
@@ -21,6 +22,8 @@ CI_NEEDS = {  # name -> (found?, how to install it)
     "g++": (lambda: shutil.which(os.environ.get("CXX") or "g++"), "apt-get install g++"),
     "shellcheck": (lambda: shutil.which("shellcheck"), "apt-get install shellcheck"),
     "taskset": (lambda: shutil.which("taskset"), "apt-get install util-linux"),
+    **{tool: (lambda t=tool: shutil.which(t), "make arm-tools") for tool in ("aarch64-linux-gnu-g++", "qemu-aarch64")},
+    "libdnnl.so.2": (lambda: glob.glob("/usr/lib/*-linux-gnu/libdnnl.so.2"), "make arm-tools"),
     **{module: (lambda m=module: importlib.util.find_spec(m), _DEV)
        for module in ("torch", "torchvision", "timm", "sklearn", "safetensors", "onnxruntime", "pytest_timeout")},
 }

@@ -78,21 +78,24 @@ _DNNL_RUNTIME_THREADPOOL = 0x8  # DNNL_RUNTIME_THREADPOOL in oneDNN's dnnl_confi
 
 
 def dnnl_link_flags():
-    """Flags that link the oneDNN MindSpore's wheel ships (mindspore/lib/libdnnl.so.3), or () when it
-    is not there or not the oneDNN 3.x with the threadpool runtime that cpu_kernels.cc is written for."""
+    """Flags that link the oneDNN MindSpore's wheel ships (mindspore/lib/libdnnl.so.3), or ()."""
     if "dnnl_flags" not in _state:
-        lib = os.path.join(os.path.dirname(os.path.abspath(ms.__file__)), "lib")
-        flags = ()
-        try:
-            dnnl = ctypes.CDLL(os.path.join(lib, "libdnnl.so.3"))
-            dnnl.dnnl_version.restype = ctypes.POINTER(_DnnlVersion)
-            version = dnnl.dnnl_version().contents
-            if version.major == 3 and version.cpu_runtime == _DNNL_RUNTIME_THREADPOOL:
-                flags = ("-DNFNET_WITH_DNNL", f"-L{lib}", "-l:libdnnl.so.3", f"-Wl,-rpath,{lib}")
-        except (OSError, AttributeError):
-            pass
-        _state["dnnl_flags"] = flags
+        _state["dnnl_flags"] = dnnl_link_flags_for(os.path.join(os.path.dirname(os.path.abspath(ms.__file__)), "lib"))
     return _state["dnnl_flags"]
+
+
+def dnnl_link_flags_for(lib):
+    """Flags that link `lib`/libdnnl.so.3, or () when it is not there, cannot be loaded (another
+    CPU architecture) or is not the oneDNN 3.x with the threadpool runtime cpu_kernels.cc is written for."""
+    try:
+        dnnl = ctypes.CDLL(os.path.join(lib, "libdnnl.so.3"))
+        dnnl.dnnl_version.restype = ctypes.POINTER(_DnnlVersion)
+        version = dnnl.dnnl_version().contents
+    except (OSError, AttributeError):
+        return ()
+    if version.major != 3 or version.cpu_runtime != _DNNL_RUNTIME_THREADPOOL:
+        return ()
+    return ("-DNFNET_WITH_DNNL", f"-L{lib}", "-l:libdnnl.so.3", f"-Wl,-rpath,{lib}")
 
 
 def library_name():
