@@ -10,17 +10,26 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --upgrade pip
 
-# Stamp files: reinstall only when a requirements file changes.
-$(VENV)/.requirements: requirements.txt | $(PY)
+# Stamp files named by the requirement files' contents: a change to one of them installs again, their
+# dates do not (a fresh clone beside a .venv linked or copied from another checkout installs nothing).
+stamp = $(VENV)/.installed-$(1)-$(shell cat $(2) | sha256sum | cut -c1-16)
+RUN_REQS := requirements.txt
+DEMO_REQS := $(RUN_REQS) requirements-demo.txt
+DEV_REQS := $(DEMO_REQS) requirements-dev.txt requirements-onnx.txt
+RUN_STAMP := $(call stamp,run,$(RUN_REQS))
+DEMO_STAMP := $(call stamp,demo,$(DEMO_REQS))
+DEV_STAMP := $(call stamp,dev,$(DEV_REQS))
+
+$(RUN_STAMP): | $(PY)
 	$(PIP) install -r requirements.txt
 	$(PY) -m src.models.layers.cpu_kernels  # fused CPU kernels (g++); without them the operator forms run
 	touch $@
 
-$(VENV)/.requirements-demo: requirements-demo.txt $(VENV)/.requirements
+$(DEMO_STAMP): | $(RUN_STAMP)
 	$(PIP) install -r requirements-demo.txt
 	touch $@
 
-$(VENV)/.requirements-dev: requirements-dev.txt $(VENV)/.requirements-demo
+$(DEV_STAMP): | $(DEMO_STAMP)
 	$(PIP) install -r requirements-dev.txt
 	touch $@
 
@@ -30,28 +39,31 @@ shellcheck:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq shellcheck >/dev/null; \
 	  else sudo apt-get update -qq && sudo apt-get install -y -qq shellcheck >/dev/null; fi; }
 
-test: $(VENV)/.requirements-dev shellcheck arm-tools
+test: $(DEV_STAMP) shellcheck arm-tools
 	$(PY) -m pytest
 
 # the multi-process fault tests (pytest marker `slow`, left out of `make test`); CI runs both
-test-slow: $(VENV)/.requirements-dev shellcheck
+test-slow: $(DEV_STAMP) shellcheck
 	$(PY) -m pytest -m slow
 
 # the C++ app (ascend310_infer/) on a real MindSpore Lite runtime (pytest marker `lite`): PyPI's
 # mindspore-lite 2.0.0 wheel and a Python 3.7 venv holding it, made once in LITE_CACHE (outside git)
 LITE_CACHE ?= $(HOME)/.cache/nfnet-mindspore/lite
-test-lite: $(VENV)/.requirements-dev shellcheck
+test-lite: $(DEV_STAMP) shellcheck
 	NFNET_LITE_CACHE=$(LITE_CACHE) $(PY) -m pytest -m lite tests/deploy/test_lite_runtime.py
 
 # side-by-side speed against timm (issue 6): table, benchmarks/results.json, benchmarks/results.png
-bench: $(VENV)/.requirements-dev
+bench: $(DEV_STAMP)
 	$(PY) benchmarks/bench.py
 
-demo: $(VENV)/.requirements-demo
+demo: $(DEMO_STAMP)
 	bash scripts/run_demo.sh
 
+# what the commands write in the checkout: the demo, runs, inference and preprocessing results, builds
 clean:
-	rm -rf outputs data/digits .pytest_cache
+	rm -rf outputs output runs pre data/digits .pytest_cache ascend310_infer/out ascend310_infer/build \
+	  preprocess_Result result_Files time_Result scripts/preprocess_Result scripts/result_Files scripts/time_Result
+	rm -f acc.log acc.json preprocess.log infer.log build.log scripts/acc.log scripts/acc.json scripts/*.log
 
 .PHONY: shellcheck
 
