@@ -115,7 +115,7 @@ def build_train_dataset(cfg, ctx, start_epoch=0, bad_file_log=None, skip_batches
                                        ratio=tuple(cfg.ratio), hflip=cfg.hflip,
                                        auto_augment=None if after_mix else cfg.auto_augment,
                                        re_prob=cfg.re_prob, re_mode=cfg.re_mode, re_count=cfg.re_count,
-                                       normalize=not after_mix)
+                                       normalize=not after_mix, crop=cfg.train_crop, resize=cfg.train_resize)
     mixup = create_mixup(mix_up=cfg.mix_up, cutmix=cfg.cutmix, mixup_prob=cfg.mixup_prob,
                          switch_prob=cfg.switch_prob, mixup_mode=cfg.mixup_mode,
                          label_smoothing=cfg.label_smoothing, num_classes=cfg.num_classes,

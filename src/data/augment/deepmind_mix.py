@@ -56,6 +56,21 @@ def normalize(image):
     return np.ascontiguousarray(x.transpose(2, 0, 1))
 
 
+class AugmentNormalize:
+    """DeepMind's ``augment_normalize`` (nfnets/dataset.py ``_augment_image``, ``_normalize_image``) of one HWC
+    image, uint8 or float: with ``augment`` (e.g. DeepMindRandAugment), clip to 0..255, truncate to uint8 and
+    augment; then normalize to float32 CHW. Without ``augment`` the image is normalized unclipped, as there."""
+
+    def __init__(self, augment=None):
+        self.augment = augment
+        self.augment_takes_rng = takes_rng(augment)
+
+    def __call__(self, image, rng=None):
+        if self.augment is not None:
+            image = call_step(self.augment, np.clip(image, 0.0, 255.0).astype(np.uint8), rng, self.augment_takes_rng)
+        return normalize(image)
+
+
 class DeepMindMixupCutMix:
     """Mix image pairs per example (first half Mixup, second half CutMix), then augment and normalize.
 
@@ -133,10 +148,6 @@ class DeepMindMixupCutMix:
         rng = resolve_rng(rng, self.rng)
         draws = self.draw(len(images), images.shape[1], images.shape[2], rng)
         mixed, ratio = self.mix(images, mix_images, draws)
-        out = []
-        augment_takes_rng = takes_rng(self.augment)
-        for image in mixed:
-            if self.augment is not None:
-                image = call_step(self.augment, np.clip(image, 0.0, 255.0).astype(np.uint8), rng, augment_takes_rng)
-            out.append(normalize(image))
-        return np.stack(out), self.targets(labels, mix_labels, ratio)
+        augment_normalize = AugmentNormalize(self.augment)
+        out = np.stack([augment_normalize(image, rng) for image in mixed])
+        return out, self.targets(labels, mix_labels, ratio)
