@@ -624,3 +624,99 @@ def test_eval_transform_resizes_and_crops_as_decode_and_resize_then_crop(test_si
     expected = ((crop / 255.0 - mean) / std).transpose(2, 0, 1)
     ours = create_eval_transform(test_size, crop_pct=32, crop_mode="pixels", interpolation="bicubic")(image)
     np.testing.assert_allclose(ours, expected, rtol=0, atol=2e-6)  # measured: identical (0.0)
+
+
+# ----------------------------------------------------------------------------- the F1 / F3 training pipelines
+
+
+def tf_decode_and_center_crop(image, image_size):
+    """dataset.py _decode_and_center_crop on a decoded image (image_size square)."""
+    image_height, image_width = image.shape[:2]
+    scale = min(np.float32(image_height) / np.float32(image_size + 32), np.float32(image_width) / np.float32(image_size + 32))
+    padded_center_crop_height = int(scale * np.float32(image_size))
+    padded_center_crop_width = int(scale * np.float32(image_size))
+    offset_height = ((image_height - padded_center_crop_height) + 1) // 2
+    offset_width = ((image_width - padded_center_crop_width) + 1) // 2
+    return image[offset_height:offset_height + padded_center_crop_height,
+                 offset_width:offset_width + padded_center_crop_width]
+
+
+def tf_preprocess_train(image, image_size, rng):
+    """dataset.py _preprocess_image (is_training): _decode_and_random_crop, random_flip_left_right, resize.
+    sample_distorted_bounding_box's and the flip's draws come from ``rng`` (TensorFlow's own stream cannot be
+    replayed: tests/data/test_tf_image.py compares its statistics); tf.image.resize BICUBIC is resize_bicubic,
+    bit-exact with TensorFlow (same file)."""
+    from src.data.tf_image import resize_bicubic, sample_distorted_bounding_box
+
+    top, left, h, w = sample_distorted_bounding_box(image.shape[0], image.shape[1], rng, min_object_covered=0.1,
+                                                    aspect_ratio_range=(3 / 4, 4 / 3), area_range=(0.08, 1.0),
+                                                    max_attempts=10)
+    crop = image[top:top + h, left:left + w]
+    if crop.shape == image.shape:  # "If the random crop failed fall back to center crop."
+        crop = tf_decode_and_center_crop(image, image_size)
+    if rng.random() < 0.5:
+        crop = crop[:, ::-1]
+    return resize_bicubic(crop, image_size, image_size)
+
+
+@pytest.mark.parametrize("variant,magnitude", [("dm_nfnet_f1", 10), ("dm_nfnet_f3", 15)])
+def test_deepmind_f1_f3_pipeline_equals_tensorflow_on_replayed_draws(variant, magnitude):
+    """The recipe's transforms (builders.build_train_transforms of src/configs/deepmind/<variant>.yaml) on
+    decoded images against dataset.py's order with TensorFlow's semantics: per image crop, flip, bicubic
+    resize to floats; my_mixup_cutmix on the floats; per example clip, uint8, distort_image_with_randaugment
+    (Solarize's uint8 wrap included), normalize. The same draws replayed on both sides."""
+    import os
+
+    from src import builders
+    from src.config import load_config
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    cfg = load_config(os.path.join(root, "src", "configs", "deepmind", f"{variant}.yaml"),
+                      overrides=dict(input_size=64, num_classes=4, batch_size=8, device_target="CPU"))
+    assert (cfg.train_crop, cfg.train_resize, cfg.auto_augment) == ("deepmind", "tf_bicubic", f"randaugment_4{magnitude}")
+    transform, mix = builders.build_train_transforms(cfg)
+    size, batch = 64, 8
+    rng = np.random.RandomState(magnitude)
+    shapes = [(75, 100), (100, 67), (64, 64), (120, 90)]
+    decoded = [rng.randint(0, 256, shapes[i % 4] + (3,)).astype(np.uint8) for i in range(2 * batch)]
+    labels, mix_labels = np.arange(batch) % 4, (np.arange(batch) + 1) % 4
+    from PIL import Image
+
+    ours_first = np.stack([transform(Image.fromarray(decoded[i]), rng=np.random.RandomState(i)) for i in range(batch)])
+    ours_second = np.stack([transform(Image.fromarray(decoded[batch + i]), rng=np.random.RandomState(batch + i))
+                            for i in range(batch)])
+    assert ours_first.dtype == np.float32 and (ours_first.min() < 0 or ours_first.max() > 255)  # unclamped floats
+    x, targets = mix(ours_first, ours_second, labels, mix_labels, rng=np.random.RandomState(99))
+
+    first = np.stack([tf_preprocess_train(decoded[i], size, np.random.RandomState(i)) for i in range(batch)])
+    second = np.stack([tf_preprocess_train(decoded[batch + i], size, np.random.RandomState(batch + i))
+                       for i in range(batch)])
+    np.testing.assert_array_equal(ours_first, first)
+    np.testing.assert_array_equal(ours_second, second)
+    replay = np.random.RandomState(99)
+    draws = DeepMindMixupCutMix(0.2, True, rng=replay).draw(batch, size, size)
+    q = batch // 2  # DeepMind's 2B layout: Mixup of (i, q + i), CutMix of (2q + i, 3q + i)
+    masks = [tf_cutmix_padding(size, size, draws.center_x[i], draws.center_y[i], draws.proportion[i])
+             for i in range(batch)]
+    layout = {"images": np.concatenate([first[:q], second[:q], first[q:], second[q:]]),
+              "labels": np.concatenate([labels[:q], mix_labels[:q], labels[q:], mix_labels[q:]]),
+              "mixup_ratio": np.concatenate([draws.mixup_ratio[:q]] * 4),
+              "mask": np.stack(masks[q:] * 4), "cutmix_ratio": np.array([m.mean() for m in masks[q:]] * 4, np.float32)}
+    theirs = tf_my_mixup_cutmix(layout)
+
+    drawn = []
+
+    def layer_draws():
+        while True:
+            index = replay.randint(16)
+            name = AVAILABLE_OPS[index]
+            drawn.append(name)
+            negate = bool(name in SIGNED_OPS and replay.random() < 0.5)
+            yield index, negate, (replay.randint(size), replay.randint(size)) if name == "Cutout" else None
+
+    stream = layer_draws()
+    expected = np.stack([tf_augment_normalize(m, 4, magnitude, stream).transpose(2, 0, 1) for m in theirs["images"]])
+    np.testing.assert_array_equal(x, expected)  # measured: identical
+    assert "Solarize" in drawn  # at level 10 / 15 its threshold wraps (256 -> 0, 384 -> 128)
+    np.testing.assert_allclose(targets, tf_targets(theirs["labels"], theirs["mix_labels"], theirs["ratio"], 4, 0.1),
+                               rtol=0, atol=1e-7)
