@@ -94,24 +94,29 @@ def _cubic_weights(scale, out_size, in_size):
 
 
 def _interpolate(values, taps, weights, axis):
-    """sum_k values[taps[:, k]] * weights[:, k] along ``axis``, in float32 and in TensorFlow's order (k = 0..3)."""
+    """sum_k values[.., taps[:, k], ..] * weights[:, k] along ``axis``, in float32 and in TensorFlow's order
+    (k = 0..3)."""
     shape = [1] * values.ndim
     shape[axis] = -1
-    out = np.take(values, taps[:, 0], axis=axis) * weights[:, 0].reshape(shape)
-    for k in range(1, 4):
-        out += np.take(values, taps[:, k], axis=axis) * weights[:, k].reshape(shape)
-    return out
+    index = [slice(None)] * values.ndim
+    total = None
+    for k in range(4):
+        index[axis] = taps[:, k]
+        term = values[tuple(index)] * weights[:, k].reshape(shape)
+        total = term if total is None else total + term
+    return total
 
 
 def resize_bicubic(image, height, width):
     """HWC image (any dtype) -> float32 (height, width, C), as tf.image.resize(image, (height, width), 'bicubic').
 
     TensorFlow interpolates each output pixel's 4 rows first, then the 4 columns; here the same two
-    passes run over whole axes.
+    passes run over whole axes, channels first (gathering along the last axis is the fast one).
     """
     image = np.asarray(image)
     in_h, in_w = image.shape[:2]
     rows, row_weights = _cubic_weights(np.float32(in_h) / np.float32(height), height, in_h)
     cols, col_weights = _cubic_weights(np.float32(in_w) / np.float32(width), width, in_w)
-    vertical = _interpolate(image.astype(np.float32), rows, row_weights, axis=0)
-    return _interpolate(vertical, cols, col_weights, axis=1)
+    planes = np.ascontiguousarray(np.moveaxis(image, -1, 0), dtype=np.float32)  # (C, H, W)
+    vertical = _interpolate(planes, rows, row_weights, axis=1)
+    return np.ascontiguousarray(np.moveaxis(_interpolate(vertical, cols, col_weights, axis=2), 0, -1))
