@@ -98,3 +98,10 @@ def test_deepmind_train_transform_crops_flips_then_resizes_to_floats():
         assert ours.dtype == np.float32 and ours.shape == (48, 48, 3)
     with pytest.raises(ValueError, match="tf_bicubic"):
         create_train_transform(48, crop="deepmind", resize="tf_bicubic", auto_augment="rand-m9-n2")
+    with pytest.raises(ValueError, match="crop 'timm'"):
+        create_train_transform(48, crop="timm", resize="tf_bicubic")
+    # DeepMind's crop with PIL's resize: the same box, resized by PIL to uint8
+    pil = create_train_transform(48, crop="deepmind", resize="pil", normalize=False, hflip=0.0)
+    top, left, h, w = DeepMindRandomCrop(48).get_params(100, 75, np.random.RandomState(3))
+    expected = Image.fromarray(image[top:top + h, left:left + w]).resize((48, 48), Image.Resampling.BICUBIC)
+    np.testing.assert_array_equal(pil(Image.fromarray(image), rng=np.random.RandomState(3)), np.asarray(expected))
