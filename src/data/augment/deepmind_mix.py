@@ -1,8 +1,8 @@
 """Mixup and CutMix with DeepMind's NFNet semantics (nfnets/dataset.py), then RandAugment.
 
 DeepMind (augment_name 'cutmix_mixup_randaugment_405', augment_before_mix False) batches 2B
-cropped and flipped images, draws for every image a Mixup ratio ~ Beta(alpha, alpha) and a
-CutMix box, and builds B examples: with q = B / 2, examples 0..q-1 are Mixup of images i and
+cropped, flipped and resized images (TensorFlow's bicubic: unclamped floats, src/data/tf_image.py),
+draws for every image a Mixup ratio ~ Beta(alpha, alpha) and a CutMix box, and builds B examples: with q = B / 2, examples 0..q-1 are Mixup of images i and
 q + i, examples q..2q-1 are CutMix of images 2q + i and 3q + i (``my_mixup_cutmix``). Only
 then is RandAugment applied to each mixed image (clipped to 0..255 and truncated to uint8
 first), and the image normalized. The target of an example is
