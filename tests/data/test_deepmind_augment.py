@@ -17,8 +17,8 @@ venv: TensorFlow 2.15 needs protobuf < 5, this project's MindSpore/ONNX venv has
 TensorFlow is not a test dependency) ran deepmind-research nfnets/autoaugment.py unmodified
 (``inspect.getargspec`` aliased to ``getfullargspec`` for Python 3.11). The TF_* constants below are
 its outputs: the op values, rotation matrices, and SHA-256 digests of whole RandAugment runs whose
-``tf.random_uniform`` calls were answered from our NumPy draws (replay). Every op at levels 0-15
-(except Cutout, whose centre TensorFlow draws) on five images up to 224x224: 0 values differ.
+``tf.random_uniform`` calls were answered from our NumPy draws (replay; Cutout's centre included).
+Every op at levels 0-15 (Cutout only in those runs) on five images up to 224x224: 0 values differ.
 """
 import hashlib
 import math
