@@ -95,15 +95,15 @@ def build_eval_dataset(cfg, ctx, bad_file_log=None, record=None, class_names=Non
                           **_shards(ctx))
 
 
-def build_train_dataset(cfg, ctx, start_epoch=0, bad_file_log=None, skip_batches=0):
-    """(training pipeline, mixup or None): augmentation, Mixup/CutMix, sharded by rank; skip_batches leaves
-    out the first batches of the epoch (the rest of an epoch a stopped run had begun).
+def build_train_transforms(cfg):
+    """(per-image training transform, batch mixup or None) of the config's recipe.
 
     mix_scheme timm: crop, flip, RandAugment and normalization per image, then Mixup/CutMix of the batch.
     mix_scheme deepmind (with Mixup or CutMix on): crop and flip per image, then per example a mix of two
-    images, RandAugment and normalization in the batch step (nfnets/dataset.py, augment_before_mix False).
+    images, RandAugment and normalization in the batch step (nfnets/dataset.py, augment_before_mix False);
+    with train_resize tf_bicubic the images are mixed as TensorFlow's unclamped bicubic floats.
     """
-    from src.data import create_dataset, create_mixup, create_train_transform
+    from src.data import create_mixup, create_train_transform
     from src.data.transforms import create_rand_augment
 
     mixes = cfg.mix_up > 0 or cfg.cutmix > 0
@@ -115,11 +115,20 @@ def build_train_dataset(cfg, ctx, start_epoch=0, bad_file_log=None, skip_batches
                                        ratio=tuple(cfg.ratio), hflip=cfg.hflip,
                                        auto_augment=None if after_mix else cfg.auto_augment,
                                        re_prob=cfg.re_prob, re_mode=cfg.re_mode, re_count=cfg.re_count,
-                                       normalize=not after_mix)
+                                       normalize=not after_mix, crop=cfg.train_crop, resize=cfg.train_resize)
     mixup = create_mixup(mix_up=cfg.mix_up, cutmix=cfg.cutmix, mixup_prob=cfg.mixup_prob,
                          switch_prob=cfg.switch_prob, mixup_mode=cfg.mixup_mode,
                          label_smoothing=cfg.label_smoothing, num_classes=cfg.num_classes,
                          mix_scheme=cfg.mix_scheme, augment=augment)
+    return transform, mixup
+
+
+def build_train_dataset(cfg, ctx, start_epoch=0, bad_file_log=None, skip_batches=0):
+    """(training pipeline, mixup or None) of build_train_transforms, sharded by rank; skip_batches leaves
+    out the first batches of the epoch (the rest of an epoch a stopped run had begun)."""
+    from src.data import create_dataset
+
+    transform, mixup = build_train_transforms(cfg)
     dataset = create_dataset(cfg.data_path, cfg.train_split, True, cfg.batch_size, transform,
                              num_parallel_workers=cfg.num_parallel_workers, seed=cfg.seed, mixup=mixup,
                              strict_data=cfg.strict_data, start_epoch=start_epoch, bad_file_log=bad_file_log,

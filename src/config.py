@@ -132,6 +132,16 @@ GROUPS = {
               item=float, length=2, low=0, high=1, low_open=True),
         Field("ratio", list, [0.75, 1.3333333333333333], "random-resized-crop aspect-ratio range",
               item=float, length=2, **POSITIVE),
+        # timm: RandomResizedCrop. deepmind (nfnets/dataset.py _decode_and_random_crop): TensorFlow's
+        # sample_distorted_bounding_box over scale/ratio (min_object_covered 0.1, 10 attempts), else a
+        # center crop; then flip and resize. train_resize tf_bicubic: TensorFlow's bicubic (no antialias)
+        # to unclamped floats, mixed as floats, clipped to uint8 only for RandAugment.
+        Field("train_crop", str, "timm",
+              "timm: random-resized-crop; deepmind: TF's sample_distorted_bounding_box + center-crop fallback",
+              choices=("timm", "deepmind")),
+        Field("train_resize", str, "pil",
+              "pil: PIL resize to uint8; tf_bicubic: TF's bicubic to floats (train_crop and mix_scheme deepmind)",
+              choices=("pil", "tf_bicubic")),
         Field("hflip", float, 0.5, "horizontal-flip probability", **PROBABILITY),
         Field("re_prob", float, 0.0, "random-erasing probability", **PROBABILITY),
         Field("re_mode", str, "pixel", "random-erasing fill", choices=("const", "rand", "pixel")),
@@ -568,6 +578,14 @@ def _check_combinations(v, at):
         if v["mix_up"] > 0 and v["cutmix"] > 0 and v["batch_size"] % 2:
             raise ConfigError(f"{at('batch_size', 'mix_scheme')}: mix_scheme deepmind splits the batch "
                               f"into a Mixup and a CutMix half: batch_size must be even, got {v['batch_size']}")
+    if v["train_resize"] == "tf_bicubic":
+        for key, needed in (("train_crop", "deepmind"), ("mix_scheme", "deepmind"), ("re_prob", 0)):
+            if v[key] != needed:
+                raise ConfigError(f"{at(key, 'train_resize')}: train_resize tf_bicubic is DeepMind's pipeline: "
+                                  f"it needs {key} {needed}, got {v[key]}")
+        if v["auto_augment"] and not v["auto_augment"].startswith("randaugment_"):
+            raise ConfigError(f"{at('auto_augment', 'train_resize')}: train_resize tf_bicubic needs DeepMind's "
+                              f"RandAugment ('randaugment_NNN') or none, got {v['auto_augment']!r}")
     _check_rand_augment_magnitude(v["auto_augment"], at("auto_augment"))
     if v["enable_modelarts"]:
         for key in ("data_url", "train_url"):

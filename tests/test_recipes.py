@@ -236,6 +236,18 @@ def test_deepmind_scheme_rejects_what_deepminds_code_cannot_do():
     assert load_config(DEEPMIND_CONFIGS[0], overrides={"batch_size": 33, "cutmix": 0}).batch_size == 33
 
 
+def test_deepmind_float_resize_needs_deepminds_crop_mix_and_rand_augment():
+    cfg = load_config(DEEPMIND_CONFIGS[0])
+    assert (cfg.train_crop, cfg.train_resize) == ("deepmind", "tf_bicubic")  # dataset.py's crop and resize
+    for overrides, culprit in (({"train_crop": "timm"}, "train_crop deepmind, got timm"),
+                               ({"mix_scheme": "timm"}, "mix_scheme deepmind, got timm"),
+                               ({"re_prob": 0.25}, "re_prob 0, got 0.25"), ({"auto_augment": "rand-m9-n2"}, "rand-m9-n2")):
+        with pytest.raises(ConfigError, match=f"train_resize tf_bicubic .*{culprit}"):
+            load_config(DEEPMIND_CONFIGS[0], overrides=overrides)
+    pil = load_config(DEEPMIND_CONFIGS[0], overrides={"train_resize": "pil", "train_crop": "timm"})
+    assert (pil.train_crop, pil.train_resize) == ("timm", "pil")
+
+
 @pytest.mark.parametrize("path", DEEPMIND_CONFIGS, ids=os.path.basename)
 def test_deepmind_yaml_spells_out_every_key_and_differs_from_the_zoo_only_in_recipe_keys(path):
     from src.config import SCHEMA
@@ -245,5 +257,6 @@ def test_deepmind_yaml_spells_out_every_key_and_differs_from_the_zoo_only_in_rec
     assert set(raw) == set(SCHEMA)
     zoo = load_config(path.replace(os.sep + "deepmind", "")).to_dict()
     differs = {k for k, v in load_config(path).to_dict().items() if zoo[k] != v}
-    assert differs == {"auto_augment", "mix_up", "mix_scheme", "accumulation_step", "warmup_lr", "min_lr",
+    assert differs == {"auto_augment", "mix_up", "mix_scheme", "train_crop", "train_resize", "accumulation_step",
+                       "warmup_lr", "min_lr",
                        "amp_dtype", "is_dynamic_loss_scale", "loss_scale", "output_dir"}

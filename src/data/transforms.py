@@ -1,7 +1,8 @@
 """Image loading and the per-image train / eval transforms (PIL + NumPy, no MindSpore, no torch).
 
 Every resize here is done by PIL (``Image.resize``, antialiased bicubic by
-default) - the same library and code path timm uses - so one PIL image goes
+default) - the same library and code path timm uses - except DeepMind's training resize
+('tf_bicubic', src/data/tf_image.py) when a recipe asks for it - so one PIL image goes
 through exactly the same arithmetic in training, in eval.py, in evaluation
 during training and in preprocess.py. Both factories return a callable
 ``(PIL.Image) -> np.ndarray`` float32 CHW, normalized by ``mean`` / ``std``.
@@ -190,6 +191,63 @@ class RandomResizedCrop:
         return img.crop((left, top, left + w, top + h)).resize((self.size, self.size), resample)
 
 
+def deepmind_center_crop_box(height, width, size):
+    """nfnets/dataset.py _decode_and_center_crop: (top, left, side, side), the centred square of side
+    int(min(H, W) / (size + 32) * size) (float32 as TensorFlow), offsets rounded up."""
+    scale = min(np.float32(height) / np.float32(size + 32), np.float32(width) / np.float32(size + 32))
+    side = int(scale * np.float32(size))
+    return (height - side + 1) // 2, (width - side + 1) // 2, side, side
+
+
+class DeepMindRandomCrop:
+    """DeepMind's training crop (nfnets/dataset.py _decode_and_random_crop), not resized.
+
+    The box of TensorFlow's sample_distorted_bounding_box (src/data/tf_image.py) with DeepMind's
+    arguments: min_object_covered 0.1, aspect ratios ``ratio`` (3/4-4/3), areas ``scale`` (0.08-1),
+    10 attempts. When the box is the whole image (no attempt fitted), DeepMind's center crop
+    (deepmind_center_crop_box) instead. Mean area on 375x500 images: 0.39 (timm's: 0.43).
+    """
+
+    def __init__(self, size, scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3), rng=None):
+        if scale[0] > scale[1] or ratio[0] > ratio[1]:
+            raise ValueError(f"scale {scale} and ratio {ratio} must be (min, max)")
+        self.size = size
+        self.scale = tuple(scale)
+        self.ratio = tuple(ratio)
+        self.rng = rng
+
+    def get_params(self, width, height, rng=None):
+        """Crop box (top, left, crop_height, crop_width) for an image of ``width`` x ``height``."""
+        from .tf_image import sample_distorted_bounding_box
+
+        box = sample_distorted_bounding_box(height, width, resolve_rng(rng, self.rng), min_object_covered=0.1,
+                                            aspect_ratio_range=self.ratio, area_range=self.scale, max_attempts=10)
+        if box[2:] == (height, width):
+            return deepmind_center_crop_box(height, width, self.size)
+        return box
+
+    def __call__(self, img, rng=None):
+        top, left, h, w = self.get_params(img.width, img.height, rng)
+        return img.crop((left, top, left + w, top + h))
+
+
+class Resize:
+    """Resize to ``size`` x ``size`` with PIL (``interpolation``, antialiased) or with TensorFlow's bicubic
+    ('tf_bicubic': src/data/tf_image.py resize_bicubic, unclamped float32 HWC, as DeepMind's pipeline)."""
+
+    def __init__(self, size, interpolation="bicubic"):
+        self.size = size
+        self.interpolation = interpolation
+        self.resample = None if interpolation == "tf_bicubic" else pil_interpolation(interpolation)
+
+    def __call__(self, img):
+        if self.resample is None:
+            from .tf_image import resize_bicubic
+
+            return resize_bicubic(np.asarray(img), self.size, self.size)
+        return img.resize((self.size, self.size), self.resample)
+
+
 class RandomHorizontalFlip:
     def __init__(self, prob=0.5, rng=None):
         self.prob = prob
@@ -240,7 +298,7 @@ def create_rand_augment(auto_augment, input_size=224, mean=IMAGENET_MEAN, interp
 
 def create_train_transform(input_size, interpolation="bicubic", scale=(0.08, 1.0), ratio=(3 / 4, 4 / 3),
                            hflip=0.5, auto_augment=None, mean=IMAGENET_MEAN, std=IMAGENET_STD,
-                           re_prob=0.0, re_mode="pixel", re_count=1, normalize=True):
+                           re_prob=0.0, re_mode="pixel", re_count=1, normalize=True, crop="timm", resize="pil"):
     """Training transform: ``(PIL RGB image) -> float32 CHW array`` of ``input_size`` x ``input_size``.
 
     Args:
@@ -255,10 +313,30 @@ def create_train_transform(input_size, interpolation="bicubic", scale=(0.08, 1.0
         re_prob, re_mode, re_count: random erasing on the normalized array (off when re_prob is 0).
         normalize: False stops after the crop and flip and returns the HWC uint8 array (DeepMind's
             mix scheme augments and normalizes after mixing); auto_augment and re_prob must then be off.
+        crop: 'timm' (RandomResizedCrop) or 'deepmind' (DeepMindRandomCrop: TensorFlow's
+            sample_distorted_bounding_box); then flip, then resize, in DeepMind's order.
+        resize: with crop 'deepmind': 'pil' (``interpolation``, to uint8) or 'tf_bicubic' (DeepMind's:
+            TensorFlow's bicubic to unclamped float32, so mixing sees floats; with normalize, DeepMind's
+            augment_normalize follows: clip to uint8, DeepMind's RandAugment, normalize by MEAN_RGB/STDDEV_RGB).
     """
-    steps = [RandomResizedCrop(input_size, scale=tuple(scale), ratio=tuple(ratio), interpolation=interpolation)]
+    if crop == "deepmind":
+        steps = [DeepMindRandomCrop(input_size, scale=tuple(scale), ratio=tuple(ratio))]
+    elif crop == "timm" and resize == "pil":
+        steps = [RandomResizedCrop(input_size, scale=tuple(scale), ratio=tuple(ratio), interpolation=interpolation)]
+    else:
+        raise ValueError(f"crop {crop!r} with resize {resize!r}: use crop 'timm' (with resize 'pil') or 'deepmind'")
     if hflip > 0:
         steps.append(RandomHorizontalFlip(hflip))
+    if crop == "deepmind":
+        steps.append(Resize(input_size, "tf_bicubic" if resize == "tf_bicubic" else interpolation))
+    if resize == "tf_bicubic" and normalize:
+        if (auto_augment and not auto_augment.startswith("randaugment_")) or re_prob > 0:
+            raise ValueError("resize 'tf_bicubic' follows DeepMind's pipeline: auto_augment must be DeepMind's "
+                             "'randaugment_NNN' or off, and re_prob 0")
+        from .augment import AugmentNormalize
+
+        steps.append(AugmentNormalize(create_rand_augment(auto_augment) if auto_augment else None))
+        return Compose(steps)
     if not normalize:
         if auto_augment or re_prob > 0:
             raise ValueError("normalize=False returns the cropped image: auto_augment and re_prob must be off")

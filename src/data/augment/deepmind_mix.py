@@ -1,8 +1,8 @@
 """Mixup and CutMix with DeepMind's NFNet semantics (nfnets/dataset.py), then RandAugment.
 
 DeepMind (augment_name 'cutmix_mixup_randaugment_405', augment_before_mix False) batches 2B
-cropped and flipped images, draws for every image a Mixup ratio ~ Beta(alpha, alpha) and a
-CutMix box, and builds B examples: with q = B / 2, examples 0..q-1 are Mixup of images i and
+cropped, flipped and resized images (TensorFlow's bicubic: unclamped floats, src/data/tf_image.py),
+draws for every image a Mixup ratio ~ Beta(alpha, alpha) and a CutMix box, and builds B examples: with q = B / 2, examples 0..q-1 are Mixup of images i and
 q + i, examples q..2q-1 are CutMix of images 2q + i and 3q + i (``my_mixup_cutmix``). Only
 then is RandAugment applied to each mixed image (clipped to 0..255 and truncated to uint8
 first), and the image normalized. The target of an example is
@@ -54,6 +54,21 @@ def normalize(image):
     x = np.asarray(image, dtype=np.float32)
     x = (x - np.asarray(MEAN_RGB, np.float32)) / np.asarray(STDDEV_RGB, np.float32)
     return np.ascontiguousarray(x.transpose(2, 0, 1))
+
+
+class AugmentNormalize:
+    """DeepMind's ``augment_normalize`` (nfnets/dataset.py ``_augment_image``, ``_normalize_image``) of one HWC
+    image, uint8 or float: with ``augment`` (e.g. DeepMindRandAugment), clip to 0..255, truncate to uint8 and
+    augment; then normalize to float32 CHW. Without ``augment`` the image is normalized unclipped, as there."""
+
+    def __init__(self, augment=None):
+        self.augment = augment
+        self.augment_takes_rng = takes_rng(augment)
+
+    def __call__(self, image, rng=None):
+        if self.augment is not None:
+            image = call_step(self.augment, np.clip(image, 0.0, 255.0).astype(np.uint8), rng, self.augment_takes_rng)
+        return normalize(image)
 
 
 class DeepMindMixupCutMix:
@@ -133,10 +148,6 @@ class DeepMindMixupCutMix:
         rng = resolve_rng(rng, self.rng)
         draws = self.draw(len(images), images.shape[1], images.shape[2], rng)
         mixed, ratio = self.mix(images, mix_images, draws)
-        out = []
-        augment_takes_rng = takes_rng(self.augment)
-        for image in mixed:
-            if self.augment is not None:
-                image = call_step(self.augment, np.clip(image, 0.0, 255.0).astype(np.uint8), rng, augment_takes_rng)
-            out.append(normalize(image))
-        return np.stack(out), self.targets(labels, mix_labels, ratio)
+        augment_normalize = AugmentNormalize(self.augment)
+        out = np.stack([augment_normalize(image, rng) for image in mixed])
+        return out, self.targets(labels, mix_labels, ratio)

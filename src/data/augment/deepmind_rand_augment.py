@@ -109,13 +109,17 @@ def invert(image):
 
 
 def posterize(image, bits):
-    shift = 8 - bits
+    """Keep the top ``bits`` bits. TensorFlow's bit shifts clamp the shift to 7 for uint8, so 0 bits
+    (levels 0-2) keeps the top bit: [0, 100, 127, 128, 200, 255] -> [0, 0, 0, 128, 128, 128]."""
+    shift = min(8 - bits, 7)
     return (image >> shift) << shift
 
 
 def solarize(image, threshold):
-    """Invert values >= threshold (a threshold above 255 leaves the image unchanged)."""
-    return np.where(image.astype(np.int32) < threshold, image, 255 - image)
+    """Invert values >= threshold, with the threshold cast to uint8 as ``tf.where(image < threshold, ...)``
+    casts DeepMind's Python int: it wraps, 256 (level 10) -> 0, so Solarize@10 is Invert, and 384
+    (level 15) -> 128, so Solarize@15 is Solarize@5."""
+    return np.where(image < np.uint8(int(threshold) % 256), image, 255 - image)
 
 
 def solarize_add(image, addition, threshold=128):
@@ -174,12 +178,16 @@ def _transform_nearest(image, matrix):
 
 
 def rotate(image, degrees):
-    """Rotate about the image centre (tensorflow_addons angles_to_projective_transforms)."""
-    height, width = image.shape[:2]
-    radians = np.float32(degrees * math.pi / 180.0)
-    cos, sin = np.cos(radians), np.sin(radians)
-    x_offset = ((width - 1) - (cos * (width - 1) - sin * (height - 1))) / 2.0
-    y_offset = ((height - 1) - (sin * (width - 1) + cos * (height - 1))) / 2.0
+    """Rotate about the image centre (tensorflow_addons angles_to_projective_transforms): the offsets in
+    float32 as TensorFlow computes them; in float64 a few pixels per image at level 15 land on the other
+    side of a rounding edge."""
+    height, width = (np.float32(side - 1) for side in image.shape[:2])  # all in float32, as TensorFlow
+    radians = np.float32(degrees * (math.pi / 180.0))
+    # cos/sin rounded from float64: equal to TensorFlow's at every level 0-30 of either sign (NumPy's
+    # float32 cos is 1 ulp off at levels 13 and 21, which moves pixels on a rounding edge)
+    cos, sin = np.float32(math.cos(radians)), np.float32(math.sin(radians))
+    x_offset = (width - (cos * width - sin * height)) / np.float32(2.0)
+    y_offset = (height - (sin * width + cos * height)) / np.float32(2.0)
     return _transform_nearest(image, (cos, -sin, x_offset, sin, cos, y_offset))
 
 
