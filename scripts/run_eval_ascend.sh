@@ -29,4 +29,3 @@ make_run_dir eval_ascend
 run_logged "$RUN_DIR/logs/eval.log" \
   "$PYTHON" "$ROOT/eval.py" --config "$CONFIG_PATH" --device_target Ascend --device_id "$DEVICE_ID" \
   --checkpoint "$CHECKPOINT_PATH" --output "$RUN_DIR/eval.json" "$@"
-cat "$RUN_DIR/logs/eval.log"

@@ -28,4 +28,3 @@ make_run_dir eval_cpu
 run_logged "$RUN_DIR/logs/eval.log" \
   "$PYTHON" "$ROOT/eval.py" --config "$CONFIG_PATH" --device_target CPU \
   --checkpoint "$CHECKPOINT_PATH" --output "$RUN_DIR/eval.json" "$@"
-cat "$RUN_DIR/logs/eval.log"

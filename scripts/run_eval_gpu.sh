@@ -29,4 +29,3 @@ make_run_dir eval_gpu
 run_logged "$RUN_DIR/logs/eval.log" \
   "$PYTHON" "$ROOT/eval.py" --config "$CONFIG_PATH" --device_target GPU --device_id "$DEVICE_ID" \
   --checkpoint "$CHECKPOINT_PATH" --output "$RUN_DIR/eval.json" "$@"
-cat "$RUN_DIR/logs/eval.log"

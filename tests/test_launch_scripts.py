@@ -182,3 +182,20 @@ def test_msrun_has_one_cluster_timeout(tmp_path):
     result = bash("run_distribute_train_msrun.sh", "2", bad, cwd=tmp_path)
     assert result.returncode == 2 and result.stderr.strip().splitlines()[-1] == (
         f"error: {bad}: cluster_timeout: must be in [1, 604800], got 0")
+
+
+@pytest.mark.timeout(600)
+def test_the_eval_launcher_shows_eval_py_output_once_and_keeps_it_in_its_log(digits_subset, tmp_path):
+    import mindspore as ms
+
+    from src.models import create_model
+
+    checkpoint = str(tmp_path / "nano.ckpt")
+    ms.save_checkpoint(create_model("dm_nfnet_nano", num_classes=10), checkpoint)
+    run_dir = tmp_path / "run"
+    result = bash("run_eval_cpu.sh", CONFIG, checkpoint, "--data_path", digits_subset(1, 1),
+                  "--num_parallel_workers", "1", cwd=tmp_path, env={"RUN_DIR": str(run_dir)}, timeout=580)
+    assert result.returncode == 0, result.stdout + result.stderr
+    summary = [line for line in result.stdout.splitlines() if line.startswith("top1 ")]
+    assert len(summary) == 1, result.stdout  # tee'd once, not printed again from the log (issue 27)
+    assert summary[0] in (run_dir / "logs" / "eval.log").read_text()
