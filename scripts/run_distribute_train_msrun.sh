@@ -191,6 +191,18 @@ if [ -n "$FAILED" ]; then
       DETAIL="$(grep '^error: ' "$LOG" | tail -n 1 || true)"
     fi
   done
+  if [ "$WORKER_LOG" = "$MSRUN_LOG" ]; then
+    # a worker that stopped before MindSpore logged its pid (train.py refused a setting): the first
+    # worker log holding an `error:` line is its own
+    for LOG in "$LOGS/msrun"/worker_*.log; do
+      DETAIL="$(grep '^error: ' "$LOG" 2> /dev/null | tail -n 1 || true)"
+      if [ -n "$DETAIL" ]; then
+        RANK="${LOG##*/worker_}"
+        WORKER="worker ${RANK%.log} (pid $PID)" WORKER_LOG="$LOG"
+        break
+      fi
+    done
+  fi
   if [ "$CODE" -eq 143 ] || [ "$CODE" -eq 130 ]; then
     echo "error: $WORKER stopped on SIG$(kill -l $(( CODE - 128 ))) after the job's checkpoint was written" \
       "(this or another node was stopped); continue with --resume auto; see $WORKER_LOG" >&2

@@ -3,6 +3,7 @@ import csv
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -130,3 +131,10 @@ def cluster_timeout_of(args, config=CONFIG):
     from src.config import parse_cli
 
     return parse_cli(["--config", str(config), *map(str, args)])[1].cluster_timeout
+
+
+def free_port():
+    """A TCP port free on 127.0.0.1 now (for a launcher's MASTER_PORT)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return str(s.getsockname()[1])

@@ -9,7 +9,6 @@ failure and names the worker in one line."""
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,18 +16,12 @@ import time
 import psutil
 import pytest
 
-from reliability_helpers import CONFIG, ROOT, TINY, read_text
+from reliability_helpers import CONFIG, ROOT, TINY, free_port, read_text
 
 pytestmark = pytest.mark.slow
 LAUNCHER = os.path.join(ROOT, "scripts", "run_distribute_train_msrun.sh")
 # 40 images, 2 workers x batch 4: 5 steps per epoch; many epochs, so the job is still running when it is hit
 ARGS = [*TINY, "--batch_size", "4", "--epochs", "30", "--device_target", "CPU", "--cluster_timeout", "30"]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
 
 
 def start_msrun(run_dir, *args):

@@ -4,12 +4,13 @@ end in one `error:` line naming the setting, exit 2, before any process starts (
 directory). Real bash runs of the launcher; the launches that would start are not started (the test looks for a
 run directory, which the launcher creates before msrun)."""
 import os
+import re
 import subprocess
 import sys
 
 import pytest
 
-from reliability_helpers import CONFIG, ROOT
+from reliability_helpers import CONFIG, ROOT, free_port
 
 LAUNCHER = os.path.join(ROOT, "scripts", "run_distribute_train_msrun.sh")
 
@@ -64,3 +65,19 @@ def test_a_launcher_setting_that_makes_no_job_is_one_line_before_anything_starts
     assert result.returncode == 2, result.stdout + result.stderr
     assert result.stderr == line + "\n" and result.stdout == ""
     assert os.listdir(tmp_path) == []  # no run directory: nothing was started
+
+
+@pytest.mark.timeout(600)
+def test_a_worker_that_refuses_its_settings_is_named_with_its_error_line(tmp_path):
+    """Provokes: both workers of a 2-worker msrun job stop on train.py's own check (a missing dataset), before
+    MindSpore logs their pids: the launcher's last line names a worker, quotes its `error:` line and points at its
+    log, not at msrun.log (issue 27)."""
+    run_dir = tmp_path / "run"
+    env = dict(os.environ, PYTHON=sys.executable, RUN_DIR=str(run_dir), MASTER_PORT=str(free_port()))
+    result = subprocess.run(["bash", LAUNCHER, "2", CONFIG, "--data_path", str(tmp_path / "missing"),
+                             "--device_target", "CPU"], cwd=ROOT, env=env, capture_output=True, text=True,
+                            timeout=580)
+    assert result.returncode == 2, result.stdout + result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(r"error: worker [01] \(pid \d+\) exited with status 2 \(error: dataset path not found: .*"
+                        r"missing.*\); the other workers were stopped; see .*/worker_[01]\.log", last), last

@@ -15,8 +15,8 @@ import numpy as np
 import psutil
 import pytest
 
-from reliability_helpers import (CONFIG, ROOT, checkpoint_values, cluster_timeout_of, entry, fault_rng, read_text,
-                                 succeeded)
+from reliability_helpers import (CONFIG, ROOT, checkpoint_values, cluster_timeout_of, entry, fault_rng, free_port,
+                                 read_text, succeeded)
 
 pytestmark = pytest.mark.slow
 LAUNCHER = os.path.join(ROOT, "scripts", "run_distribute_train_msrun.sh")
@@ -26,14 +26,6 @@ COMMON = ["--warmup_length", "0", "--drop_rate", "0", "--drop_path_rate", "0", "
           "--cutmix", "0", "--hflip", "0", "--scale", "[1,1]", "--ratio", "[1,1]", "--re_prob", "0",
           "--eval_while_train", "false", "--device_target", "CPU"]
 FINAL = "dm_nfnet_nano-2_10.ckpt"  # 40 images, global batch 8: 5 steps per epoch
-
-
-def free_port():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
 
 
 def start_node(node, run_dir, port, *args, env=None):
