@@ -45,7 +45,12 @@ def load_mindir(path, device_target="CPU"):
             set_cpu_threads()  # MindSpore's default 25 kernel threads oversubscribe small machines
         except RuntimeError:  # MindSpore allows setting it once per process; it already was
             pass
-    network = ms.nn.GraphCell(ms.load(path))
+    try:  # a file cut at a field boundary parses; MindSpore fails to load it ("Load MindIR failed.") or to
+        network = ms.nn.GraphCell(ms.load(path))  # compile it: both are tried here, before any input is read
+        network(ms.Tensor(np.zeros(shape, np.float32)))
+    except RuntimeError as exc:
+        raise DeployError(f"{path} is not a readable MINDIR file (MindSpore: {str(exc).strip().splitlines()[0]}; "
+                          f"truncated or damaged? export it again)") from None
     return lambda x: network(ms.Tensor(x)).asnumpy(), shape
 
 
