@@ -54,6 +54,11 @@ def main(argv=None):
                           add_script_args=add_predict_args, shown_keys=USED_KEYS)
     model_path = args.checkpoint or args.model
     check_args(args, model_path)
+    from src.deploy.predict import collect_images, output_format, read_class_names
+
+    fmt = output_format(args.output, args.format) if args.output else None
+    class_names = read_class_names(args.class_names) if args.class_names else None
+    paths = collect_images(args.inputs)
     from src.tools.context import fit_to_machine
 
     if args.model and args.model.lower().endswith(".onnx"):
@@ -62,11 +67,7 @@ def main(argv=None):
 
     from src.data.data_settings import (applied_note, apply_settings, describe_transform, read_checkpoint_settings,
                                         read_sidecar, sidecar_path)
-    from src.deploy.predict import collect_images, output_format, read_class_names
 
-    fmt = output_format(args.output, args.format) if args.output else None
-    class_names = read_class_names(args.class_names) if args.class_names else None
-    paths = collect_images(args.inputs)
     record = read_checkpoint_settings(model_path) if args.checkpoint else read_sidecar(model_path)
     cfg, changed = apply_settings(cfg, record, explicit=args.cli_keys)
     if changed:

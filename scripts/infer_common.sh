@@ -105,7 +105,7 @@ print(getattr(load_config(sys.argv[1]), sys.argv[2]))' "$CONFIG" "$1"
 python_flow() {  # python_flow <--mindir_path|--onnx_path>: preprocess -> src.deploy.infer_cpu -> postprocess
   local num_classes
   num_classes="$(config_value num_classes)"
-  rm -rf "$OUT_DIR/preprocess_Result" "$OUT_DIR/result_Files" "$OUT_DIR/time_Result"
+  rm -rf "$OUT_DIR/preprocess_Result" "$OUT_DIR/result_Files" "$OUT_DIR/time_Result" "$OUT_DIR/acc.json"
   local settings=()  # the data settings export.py wrote beside the model (src/data/data_settings.py)
   [ -f "$MINDIR_PATH.json" ] && settings=(--model "$MINDIR_PATH")
   step preprocess "$OUT_DIR/preprocess.log" \

@@ -54,7 +54,7 @@ else
 fi
 NUM_CLASSES="$(config_value num_classes)"
 
-rm -rf "$OUT_DIR/preprocess_Result" "$OUT_DIR/result_Files" "$OUT_DIR/time_Result"
+rm -rf "$OUT_DIR/preprocess_Result" "$OUT_DIR/result_Files" "$OUT_DIR/time_Result" "$OUT_DIR/acc.json"
 settings=()  # the data settings export.py wrote beside the model (src/data/data_settings.py)
 [ -f "$MINDIR_PATH.json" ] && settings=(--model "$MINDIR_PATH")
 step preprocess "$OUT_DIR/preprocess.log" \

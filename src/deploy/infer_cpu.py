@@ -97,7 +97,10 @@ def run_inference(model_path, input_path, result_path, time_path=None, device_ta
     real images over all files (the last file may be padded), for the time per image;
     default files x batch. Returns a dict: files, images, mean_ms_per_file, mean_ms_per_image.
     """
+    from .cli import check_output
+
     names = [f[:-len(".bin")] for f in list_bins(input_path)]
+    check_output("--result_path", result_path, [input_path, model_path], make_parents=True, folder=True)
     run, shape = load_onnx(model_path) if runtime == "onnxruntime" else load_mindir(model_path, device_target)
     shape = resolve_batch(shape, input_path, names)
     capacity = len(names) * shape[0]
