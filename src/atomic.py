@@ -9,6 +9,9 @@ The temporary is `.<stem>.partial-<pid>-<random><ext>` in the target's directory
 filesystem, so the rename is atomic on POSIX), keeps the target's extension (MindSpore's savers
 append theirs to other names) and is recognised by run_dir.is_run_file and
 checkpointing.remove_partial_files through PARTIAL_MARK.
+
+`output_problem` is the entry points' one check of an output path before their work: not an
+input, not a folder, not an existing file unless replacing it was asked for, writable.
 """
 import contextlib
 import glob
