@@ -152,7 +152,7 @@ def evaluate_checkpoint(cfg, ctx, checkpoint, output, record=None, skipped=()):
             from src.data.folder import escape_name
 
             with open(bad_file_log, "a", encoding="utf-8") as f:
-                f.write("".join(f"{escape_name(path)}\t{reason}\n" for path, reason in listed))
+                f.write("".join(f"{escape_name(path)}\t{escape_name(reason)}\n" for path, reason in listed))
         if unreadable or listed:
             entries = f" and {len(listed)} entries of the folder (broken links, duplicates, ...)" if listed else ""
             print(f"skipped {unreadable} unreadable image(s){entries}, listed in {bad_file_log}")
