@@ -14,10 +14,16 @@ default) a training checkpoint is scored with its EMA weights, as evaluation dur
 training does; a weights-only checkpoint (e.g. converted from timm) with its weights.
 With enable_modelarts, data_url is copied to data_path first and the metrics file goes to
 train_url at the end (src/tools/modelarts.py).
+
+The metrics file is checked before anything runs: a new file (--overwrite replaces one, never
+the checkpoint) in an existing, writable folder. Beside it, <output stem>_bad_files.txt lists
+(path, tab, reason) the images not scored: unreadable ones, and the entries the folder scan
+skipped (broken links, a second link to the same file, files without read permission).
 """
 import json
 import os
 
+from src.atomic import write_atomic
 from src.config import group_keys, parse_cli
 from src.errors import UserError, run_cli
 
@@ -30,6 +36,7 @@ def add_eval_args(parser):
     parser.add_argument("--checkpoint", metavar="PATH", help="checkpoint to evaluate (.ckpt)")
     parser.add_argument("--output", metavar="PATH",
                         help="JSON file for the metrics (default: eval_<checkpoint name>.json beside the checkpoint)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
 
 
 def main(argv=None):
@@ -42,10 +49,14 @@ def main(argv=None):
         raise UserError(f"checkpoint not found: {checkpoint}")
     from src.data.data_settings import applied_note, apply_settings, read_checkpoint_settings
 
+    output = args.output or os.path.join(os.path.dirname(os.path.abspath(checkpoint)),
+                                         f"eval_{os.path.splitext(os.path.basename(checkpoint))[0]}.json")
+    check_outputs(output, checkpoint, args.overwrite)
     record = read_checkpoint_settings(checkpoint)
     cfg, changed = apply_settings(cfg, record, explicit=args.cli_keys)
     class_names = (record or {}).get("classes")
-    check_layout = _layout_check(class_names)
+    skipped = []  # entries the folder scan left out, for bad_files.txt
+    check_layout = _layout_check(class_names, skipped)
     from src.tools.context import fit_to_machine, init_context
     from src.tools.modelarts import check_before_init, data_and_results
 
@@ -54,13 +65,23 @@ def main(argv=None):
 
     ctx = init_context(cfg.device_target, cfg.device_id, cfg.mode, cfg.seed, cfg.deterministic, cfg.distribute,
                        cfg.cluster_timeout)
-    output = args.output or os.path.join(os.path.dirname(os.path.abspath(checkpoint)),
-                                         f"eval_{os.path.splitext(os.path.basename(checkpoint))[0]}.json")
     if ctx.is_main and changed:
         print(applied_note(changed, checkpoint))
     with data_and_results(cfg, ctx, output, check_layout):
-        evaluate_checkpoint(cfg, ctx, checkpoint, output, record)
+        evaluate_checkpoint(cfg, ctx, checkpoint, output, record, skipped)
     return 0
+
+
+def bad_files_path(output):
+    return os.path.splitext(output)[0] + "_bad_files.txt"
+
+
+def check_outputs(output, checkpoint, overwrite):
+    """The metrics file and its bad-files list, before any work (src.deploy.cli.check_output)."""
+    from src.deploy.cli import check_output
+
+    check_output("--output", output, [checkpoint], overwrite=overwrite)
+    check_output("the bad-files list of --output", bad_files_path(output), [checkpoint], overwrite=overwrite)
 
 
 def eval_split(cfg):
@@ -71,20 +92,23 @@ def eval_split(cfg):
     return cfg if (root, split) == (cfg.data_path, cfg.val_split) else cfg.replace(data_path=root, val_split=split)
 
 
-def _layout_check(class_names):
+def _layout_check(class_names, skipped):
     def check_layout(cfg):
         from src.data.folder import check_dataset_layout
 
         cfg = eval_split(cfg)
-        check_dataset_layout(cfg.data_path, None, cfg.val_split, num_classes=cfg.num_classes, class_names=class_names)
+        skipped.clear()
+        check_dataset_layout(cfg.data_path, None, cfg.val_split, num_classes=cfg.num_classes, class_names=class_names,
+                             skipped=skipped)
 
     return check_layout
 
 
-def evaluate_checkpoint(cfg, ctx, checkpoint, output, record=None):
+def evaluate_checkpoint(cfg, ctx, checkpoint, output, record=None, skipped=()):
     """Score `checkpoint` on the val split (sharded by rank); rank 0 prints and writes the metrics to `output`.
 
     record: the checkpoint's data settings (already applied to cfg): its mean/std and class names.
+    skipped: (path, reason) of the entries the folder scan left out; listed with the unreadable images.
     """
     from src.builders import build_eval_dataset, build_eval_network
     from src.data.dataset import read_bad_file_log, reported_data_errors
@@ -95,7 +119,7 @@ def evaluate_checkpoint(cfg, ctx, checkpoint, output, record=None):
     network, use_ema = build_eval_network(cfg, checkpoint)
     if cfg.use_ema and not use_ema and ctx.is_main:
         print(f"{checkpoint} holds no EMA weights: evaluating its weights")
-    bad_file_log = os.path.splitext(output)[0] + "_bad_files.txt"  # unreadable images, appended by every rank
+    bad_file_log = bad_files_path(output)  # unreadable images, appended by every rank
     if ctx.is_main and os.path.exists(bad_file_log):
         os.remove(bad_file_log)
     cfg = eval_split(cfg)
@@ -113,20 +137,26 @@ def evaluate_checkpoint(cfg, ctx, checkpoint, output, record=None):
     if bar:
         bar.finish()
     unreadable = len(read_bad_file_log(bad_file_log))
+    listed = [(path, reason) for path, reason in skipped if reason != "not an image (extension)"]
     result = {"arch": cfg.arch, "checkpoint": os.path.abspath(checkpoint), "weights": "ema" if use_ema else "raw",
               "data": os.path.abspath(os.path.join(cfg.data_path, cfg.val_split)),
               "transform": {key: getattr(cfg, key) for key in ("test_input_size", "crop_pct", "eval_crop_mode",
                                                                "interpolation")},
-              **{k: _plain(v) for k, v in metrics.items()}, "unreadable": unreadable}
+              **{k: _plain(v) for k, v in metrics.items()}, "unreadable": unreadable,
+              "skipped_entries": len(listed)}
     if ctx.is_main:
         loss = f", loss {result['loss']:.4f}" if result.get("loss") is not None else ""
         print(f"top1 {result['top1']:.4f}, top5 {result['top5']:.4f}{loss} "
               f"on {result['count']} images ({result['weights']} weights of {checkpoint})")
-        if unreadable:
-            print(f"skipped {unreadable} unreadable image(s), listed in {bad_file_log}")
-        with open(output, "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=2)
-            f.write("\n")
+        if listed:
+            from src.data.folder import escape_name
+
+            with open(bad_file_log, "a", encoding="utf-8") as f:
+                f.write("".join(f"{escape_name(path)}\t{escape_name(reason)}\n" for path, reason in listed))
+        if unreadable or listed:
+            entries = f" and {len(listed)} entries of the folder (broken links, duplicates, ...)" if listed else ""
+            print(f"skipped {unreadable} unreadable image(s){entries}, listed in {bad_file_log}")
+        write_atomic(output, json.dumps(result, indent=2) + "\n")
         print(f"wrote {output}")
 
 

@@ -8,13 +8,21 @@ listing image paths one per line. Images go through the evaluation transform the
 checkpoint carries (src/data/data_settings.py; for an exported model, the <model>.json
 export.py writes beside it), in batches, loaded by num_parallel_workers workers. Labels are
 the checkpoint's class names (--class_names FILE gives them, one per line, when it has
-none), else class indices. Without --output each image's line goes to stdout; progress and
-notes go to stderr. Unreadable images are skipped and listed (an error with --strict_data).
+none), else class indices. Without --output each image's line goes to stdout (control
+characters of a name escaped: one line per image); progress and notes go to stderr.
+Unreadable images are skipped and listed (an error with --strict_data).
+
+Before any image is read: --output must be a new file (--overwrite replaces one, never an
+input) in an existing, writable folder; --class_names must name as many classes as the model
+has, and an exported model's <model>.json its class count. A model without that .json runs
+with the config's evaluation transform, said in a warning line (its input size comes from
+the graph; --crop_pct, --eval_crop_mode and --interpolation set the rest).
 """
 import os
 import sys
 import tempfile
 
+from src.atomic import write_atomic
 from src.config import ConfigError, parse_cli
 from src.errors import run_cli
 
@@ -33,6 +41,7 @@ def add_predict_args(parser):
     parser.add_argument("--topk", type=int, default=5, metavar="K", help="classes per image (default 5)")
     parser.add_argument("--output", metavar="PATH", help="write the predictions to a .json or .csv file")
     parser.add_argument("--format", choices=("json", "csv"), help="output format (default: from --output's extension)")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing --output file")
     parser.add_argument("--class_names", metavar="FILE", help="class names in label order, one per line")
 
 
@@ -45,6 +54,11 @@ def main(argv=None):
                           add_script_args=add_predict_args, shown_keys=USED_KEYS)
     model_path = args.checkpoint or args.model
     check_args(args, model_path)
+    from src.deploy.predict import collect_images, output_format, read_class_names
+
+    fmt = output_format(args.output, args.format) if args.output else None
+    class_names = read_class_names(args.class_names) if args.class_names else None
+    paths = collect_images(args.inputs)
     from src.tools.context import fit_to_machine
 
     if args.model and args.model.lower().endswith(".onnx"):
@@ -52,12 +66,8 @@ def main(argv=None):
     cfg = fit_to_machine(cfg, notice=note)  # a device this machine lacks stops here; workers fit the cores
 
     from src.data.data_settings import (applied_note, apply_settings, describe_transform, read_checkpoint_settings,
-                                        read_sidecar)
-    from src.deploy.predict import collect_images, output_format, read_class_names
+                                        read_sidecar, sidecar_path)
 
-    fmt = output_format(args.output, args.format) if args.output else None
-    class_names = read_class_names(args.class_names) if args.class_names else None
-    paths = collect_images(args.inputs)
     record = read_checkpoint_settings(model_path) if args.checkpoint else read_sidecar(model_path)
     cfg, changed = apply_settings(cfg, record, explicit=args.cli_keys)
     if changed:
@@ -65,9 +75,17 @@ def main(argv=None):
     class_names = class_names or (record or {}).get("classes")
 
     runner, cfg = create_runner(cfg, args, model_path)
+    from src.deploy.predict import check_class_count
+
+    check_class_count(runner, class_names, args.class_names, None if args.checkpoint else record, model_path)
+    if args.model and record is None:
+        note(f"warning: {model_path} has no {sidecar_path(model_path)} (the data settings export.py writes beside "
+             f"it): using the config's evaluation transform, {describe_transform(cfg)}; give --crop_pct, "
+             f"--eval_crop_mode or --interpolation if the model was trained with others")
     from src.builders import build_eval_transform
     from src.data.dataset import create_file_dataset, read_bad_file_log, reported_data_errors
-    from src.deploy.predict import format_line, format_predictions, predict, write_predictions
+    from src.data.folder import escape_name
+    from src.deploy.predict import bad_files_path, format_line, format_predictions, predict, write_predictions
     from src.deploy.progress import ProgressBar
 
     transform = build_eval_transform(cfg, record)
@@ -89,14 +107,15 @@ def main(argv=None):
     else:
         for item in predictions:
             print(format_line(item))
+    listed_path = bad_files_path(args.output) if args.output else None
+    if listed_path and os.path.lexists(listed_path) and not unreadable:  # an earlier run's (--overwrite)
+        os.remove(listed_path)
     if unreadable:
         listed = ""
-        if args.output:
-            listed_path = os.path.splitext(args.output)[0] + "_bad_files.txt"
-            with open(listed_path, "w", encoding="utf-8") as f:
-                f.write("".join(path + "\n" for path in unreadable))
+        if listed_path:
+            write_atomic(listed_path, "".join(escape_name(path) + "\n" for path in unreadable))
             listed = f", listed in {listed_path}"
-        note(f"skipped {len(unreadable)} unreadable image(s){listed}: {', '.join(unreadable[:3])}"
+        note(f"skipped {len(unreadable)} unreadable image(s){listed}: {', '.join(map(escape_name, unreadable[:3]))}"
              + (" ..." if len(unreadable) > 3 else ""))
     return 0
 
@@ -106,7 +125,7 @@ def note(line):
 
 
 def check_args(args, model_path):
-    """The cheap checks, before MindSpore starts."""
+    """The cheap checks, before MindSpore starts: the model, and the outputs against every input."""
     if args.topk < 1:
         raise ConfigError(f"command line: --topk must be >= 1, got {args.topk}")
     if not os.path.isfile(model_path):
@@ -114,6 +133,15 @@ def check_args(args, model_path):
     if args.model and not model_path.lower().endswith(MODEL_EXTENSIONS):
         raise ConfigError(f"--model {model_path}: expected an exported {' or '.join(MODEL_EXTENSIONS)} file "
                           f"(a .ckpt goes with --checkpoint)")
+    if args.output:
+        from src.data.data_settings import sidecar_path
+        from src.deploy.cli import check_output
+        from src.deploy.predict import bad_files_path
+
+        inputs = [model_path, sidecar_path(model_path), args.class_names, *args.inputs]
+        check_output("--output", args.output, inputs, overwrite=args.overwrite)
+        check_output("the unreadable-image list of --output", bad_files_path(args.output), inputs,
+                     overwrite=args.overwrite)
 
 
 def create_runner(cfg, args, model_path):

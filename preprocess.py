@@ -12,6 +12,8 @@ must match the exported graph's batch. With --checkpoint (or --model, an exporte
 with the <model>.json export.py writes), the data settings it carries
 (src/data/data_settings.py: test size, eval transform, class names) are used unless given
 on the command line, as export.py and eval.py do: the tensors then match the exported model.
+--output_path is checked first: a folder (created when missing) outside the images, not an
+input, where files can be written; .bin files of an earlier run there need --overwrite.
 """
 import os
 import sys
@@ -54,10 +56,12 @@ def main(argv=None):
             print(applied_note(changed, source))
 
     from src.builders import build_eval_transform
+    from src.deploy.cli import check_output
     from src.deploy.preprocess import preprocess_folder, resolve_split_dir
 
-    transform = build_eval_transform(cfg, record)  # the transform eval.py uses
     split_dir = resolve_split_dir(cfg.data_path, cfg.val_split)
+    check_output("--output_path", args.output_path, [split_dir, source], make_parents=True, folder=True)
+    transform = build_eval_transform(cfg, record)  # the transform eval.py uses
     summary = preprocess_folder(split_dir, args.output_path, transform, batch_size=cfg.export_batch_size,
                                 strict_data=cfg.strict_data, overwrite=args.overwrite,
                                 class_names=(record or {}).get("classes"))

@@ -115,7 +115,7 @@ run_cli(check_label_range, *sys.argv[1:])' "$1" "$2" "$MINDIR_PATH"
 python_flow() {  # python_flow <--mindir_path|--onnx_path>: preprocess -> src.deploy.infer_cpu -> postprocess
   local num_classes
   num_classes="$(model_value num_classes)" || exit 1
-  rm -rf "$OUT_DIR/preprocess_Result" "$OUT_DIR/result_Files" "$OUT_DIR/time_Result"
+  rm -rf "$OUT_DIR/preprocess_Result" "$OUT_DIR/result_Files" "$OUT_DIR/time_Result" "$OUT_DIR/acc.json"
   local settings=()  # the data settings export.py wrote beside the model (src/data/data_settings.py)
   [ -f "$MINDIR_PATH.json" ] && settings=(--model "$MINDIR_PATH")
   step preprocess "$OUT_DIR/preprocess.log" \

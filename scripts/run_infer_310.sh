@@ -66,7 +66,7 @@ if [ -z "${INFER_APP:-}" ]; then
     bash "$ROOT/ascend310_infer/build.sh"
   INFER_APP="$BUILD_DIR/main"
 fi
-rm -rf "$OUT_DIR/preprocess_Result" "$OUT_DIR/result_Files" "$OUT_DIR/time_Result"
+rm -rf "$OUT_DIR/preprocess_Result" "$OUT_DIR/result_Files" "$OUT_DIR/time_Result" "$OUT_DIR/acc.json"
 settings=()  # the data settings export.py wrote beside the model (src/data/data_settings.py)
 [ -f "$MINDIR_PATH.json" ] && settings=(--model "$MINDIR_PATH")
 step preprocess "$OUT_DIR/preprocess.log" \

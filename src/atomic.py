@@ -9,6 +9,9 @@ The temporary is `.<stem>.partial-<pid>-<random><ext>` in the target's directory
 filesystem, so the rename is atomic on POSIX), keeps the target's extension (MindSpore's savers
 append theirs to other names) and is recognised by run_dir.is_run_file and
 checkpointing.remove_partial_files through PARTIAL_MARK.
+
+`output_problem` is the entry points' one check of an output path before their work: not an
+input, not a folder, not an existing file unless replacing it was asked for, writable.
 """
 import contextlib
 import glob
@@ -72,3 +75,53 @@ def write_atomic(path, data, durable=True):
 def write_json(path, obj, durable=True):
     """`obj` as indented JSON with sorted keys (stable diffs), through atomic_path."""
     write_atomic(path, json.dumps(obj, indent=1, sort_keys=True) + "\n", durable=durable)
+
+
+# --------------------------------------------------------------------------- outputs checked before the work
+def output_problem(path, inputs=(), overwrite=False, make_parents=False, folder=False):
+    """Why `path` may not be written as an output, or None; the entry points call it before any work and
+    raise their one-line error with the reason (this module imports nothing of the project).
+
+    Refused, in this order: the same file as one of `inputs` (by inode, os.path.samefile: another
+    spelling, a symlink or a hard link of an input; `overwrite` does not lift this), a folder where a
+    file goes (a file where a `folder` goes), an output `folder` equal to or inside an input folder,
+    an existing file unless `overwrite`, and a parent folder that is missing (unless `make_parents`:
+    then its nearest existing ancestor) or where no file can be created. The last is tried for real
+    (a hidden PARTIAL_MARK file, removed at once): os.access says yes to root on a read-only mount.
+    """
+    inputs = [item for item in inputs if item and os.path.exists(item)]
+    if os.path.exists(path):
+        same = next((item for item in inputs if os.path.samefile(path, item)), None)
+        if same is not None:
+            return f"is the input {same}; name another {'folder' if folder else 'file'}"
+    if folder:
+        if os.path.exists(path) and not os.path.isdir(path):
+            return "is a file, not a folder"
+        inside = next((item for item in inputs if os.path.isdir(item) and _inside(path, item)), None)
+        if inside is not None:
+            return f"is inside the input folder {inside}; name a folder outside it"
+    elif os.path.isdir(path):
+        return "is a folder; name a file"
+    elif os.path.lexists(path) and not overwrite:
+        return "already exists; pass --overwrite to replace it"
+    parent = path if folder else os.path.dirname(os.path.abspath(path))
+    while make_parents and not os.path.lexists(parent) and os.path.dirname(parent) != parent:
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        return f"folder {parent} {'is not a folder' if os.path.lexists(parent) else 'does not exist'}"
+    return _not_writable(parent)
+
+
+def _inside(path, folder):
+    path, folder = os.path.realpath(path), os.path.realpath(folder)
+    return os.path.commonpath([path, folder]) == folder
+
+
+def _not_writable(directory):
+    probe = os.path.join(directory, f".output{PARTIAL_MARK}{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    try:
+        os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except OSError as exc:
+        return f"cannot write in folder {directory} ({exc.strerror})"
+    os.remove(probe)
+    return None

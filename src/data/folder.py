@@ -19,6 +19,23 @@ class DatasetError(UserError):
     """A user-facing problem with the data: the message is one line naming the path."""
 
 
+_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_TO_ESCAPE = re.compile(r"[\\\x00-\x1f\x7f]")
+_ESCAPED = re.compile(r"\\(\\|n|r|t|x[0-9a-f]{2})")
+
+
+def escape_name(name):
+    """`name` for line-oriented output (a listing, a console line): backslash, newline, CR and tab as
+    \\\\, \\n, \\r, \\t, other control characters as \\xNN (ls -b's style), so that one name stays one line."""
+    return _TO_ESCAPE.sub(lambda m: _ESCAPES.get(m.group(), f"\\x{ord(m.group()):02x}"), str(name))
+
+
+def unescape_name(text):
+    """The name escape_name(name) was made from."""
+    back = {v[1]: k for k, v in _ESCAPES.items()}
+    return _ESCAPED.sub(lambda m: back.get(m.group(1)) or chr(int(m.group(1)[1:], 16)), text)
+
+
 def _short_list(names, limit=5):
     names = sorted(names)
     text = ", ".join(names[:limit])
@@ -100,7 +117,7 @@ def describe_skipped(split_dir, skipped, limit=5):
     """One line: how many entries of a split were skipped, by reason, and the first few paths."""
     reasons = collections.Counter(reason.split(" (")[0].split(" as ")[0] for _, reason in skipped)
     counts = ", ".join(f"{n} {reason}" for reason, n in sorted(reasons.items()))
-    shown = "; ".join(f"{path}: {reason}" for path, reason in skipped[:limit])
+    shown = "; ".join(f"{escape_name(path)}: {reason}" for path, reason in skipped[:limit])
     more = f"; ... ({len(skipped) - limit} more)" if len(skipped) > limit else ""
     return f"{split_dir}: skipped {len(skipped)} entries ({counts}): {shown}{more}"
 
@@ -186,7 +203,7 @@ def missing_split(data_path, split, splits):
 
 
 def check_dataset_layout(data_path, train_split="train", val_split="val", num_classes=None, class_names=None,
-                         warn=None):
+                         warn=None, skipped=None):
     """Check ``data_path/<train_split>`` and ``data_path/<val_split>`` before a model is built.
 
     Either split may be None to skip it (eval.py needs only the validation split).
@@ -195,7 +212,8 @@ def check_dataset_layout(data_path, train_split="train", val_split="val", num_cl
     their number differs from ``num_classes``. Returns the sorted class names.
     With ``class_names`` (a checkpoint's classes) the folders must be a subset of them
     instead, in any number. Entries skipped in a split (see ``scan_image_folder``) are
-    reported in one `warning:` line per split through ``warn`` (default: stderr).
+    reported in one `warning:` line per split through ``warn`` (default: stderr), and appended to
+    ``skipped`` as (path, reason) when given (eval.py lists them in its bad_files.txt).
     """
     if warn is None:
         def warn(line):
@@ -212,10 +230,12 @@ def check_dataset_layout(data_path, train_split="train", val_split="val", num_cl
         elif not os.path.exists(split_dir):
             raise DatasetError(missing_split(data_path, split, [s for s in (train_split, val_split) if s]))
         else:
-            skipped = []
-            found[split_dir] = scan_image_folder(split_dir, class_names, skipped)[1]
-            if skipped:
-                warn(describe_skipped(split_dir, skipped))
+            entries = []
+            found[split_dir] = scan_image_folder(split_dir, class_names, entries)[1]
+            if entries:
+                warn(describe_skipped(split_dir, entries))
+            if skipped is not None:
+                skipped.extend(entries)
     if not found:
         raise DatasetError("check_dataset_layout needs at least one split")
     (first_dir, first), *rest = found.items()

@@ -26,7 +26,7 @@ Unreadable files in a folder are found when loaded (no up-front pass over 1.28M 
 ``strict_data`` the pipeline fails on the first one with an UnreadableImageError naming it.
 Otherwise the file is reported once per worker (a log warning, and a line appended to
 ``bad_file_log`` when given: ``read_bad_file_log``); a training sample is replaced by the next
-readable one in file order, an evaluation row is kept with ``valid = 0``. The MindRecord
+readable one in file order, an evaluation row is kept with ``valid = 0`` (a blank stand-in image). The MindRecord
 converter leaves such files out.
 """
 import io
@@ -38,8 +38,9 @@ from typing import NamedTuple
 
 import numpy as np
 import mindspore.dataset as ds
+from PIL import Image
 
-from .folder import DatasetError
+from .folder import DatasetError, escape_name, unescape_name
 from .transforms import UnreadableImageError, load_image
 
 _logger = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ def read_bad_file_log(path):
     if not path or not os.path.exists(path):
         return []
     with open(path, encoding="utf-8") as f:
-        return sorted({line.split("\t", 1)[0] for line in f if line.strip()})
+        return sorted({unescape_name(line.split("\t", 1)[0]) for line in f if line.strip()})
 
 
 def padded_rows(total, num_shards, batch_size):
@@ -164,7 +165,8 @@ class FolderSource:
         _logger.warning("skipping %s", err)
         if self.bad_file_log:
             with open(self.bad_file_log, "a", encoding="utf-8") as f:  # short O_APPEND lines: atomic
-                f.write(f"{err.path}\t{str(err).splitlines()[0]}\n")
+                reason = str(err).replace(str(err.path), escape_name(err.path)).splitlines()[0]
+                f.write(f"{escape_name(err.path)}\t{reason}\n")
 
     def load(self, index):
         """``(image, label, readable)``: image of sample ``index`` or of the next readable one."""
@@ -181,6 +183,19 @@ class FolderSource:
             return image, label, step == 0
         raise DatasetError(f"{min(n, MAX_CONSECUTIVE_BAD)} consecutive unreadable images from "
                            f"{self.samples[index][0]}")
+
+    def load_own(self, index):
+        """``(image, label, readable)`` of sample ``index`` itself: an unreadable file gives a blank stand-in
+        (reported as load does), so that an evaluation row never depends on other files (40 unreadable
+        files before a good one are 40 skipped rows, not MAX_CONSECUTIVE_BAD failing)."""
+        path, label = self.samples[index]
+        try:
+            return load_image(path), label, True
+        except UnreadableImageError as err:
+            if self.strict_data:
+                raise
+            self._report(err)
+            return Image.new("RGB", (8, 8)), label, False
 
     def _sample(self, epoch, index, *stream):
         image, label, _ = self.load(index)
@@ -204,7 +219,7 @@ class FolderSource:
                     len(sampler), self.name)
 
     def eval_rows(self, num_shards=1, shard_id=0, batch_size=1):
-        """Row i is image ``shard_id + i * num_shards``; rows past the end carry a readable stand-in, valid 0."""
+        """Row i is image ``shard_id + i * num_shards``; rows past the end carry a stand-in image, valid 0."""
         size = padded_rows(len(self.samples), num_shards, batch_size)
         read = _EvalRead(self, num_shards, shard_id)
         return Rows(_keys(size, shuffle=False), ["key"], read, size, self.name)
@@ -218,7 +233,7 @@ class _EvalRead:
 
     def __call__(self, row):
         index = self.shard_id + int(row) * self.num_shards
-        image, label, readable = self.source.load(index % len(self.source))
+        image, label, readable = self.source.load_own(index % len(self.source))
         return [Sample(image, label, index < len(self.source) and readable, (index,))]
 
 

@@ -1,5 +1,8 @@
-"""Command-line helpers shared by export.py and preprocess.py."""
+"""Command-line helpers shared by the inference entry points (predict, eval, export, preprocess, postprocess)."""
+from src.atomic import output_problem
 from src.errors import ConfigError
+
+from .errors import DeployError
 
 
 def alias_flag(argv, alias, key):
@@ -29,6 +32,15 @@ def resolve_checkpoint(checkpoint, pretrained):
     if not path:
         raise ConfigError("command line: no weights to export; pass --checkpoint <ckpt> (or --pretrained <ckpt>)")
     return path
+
+
+def check_output(flag, path, inputs=(), overwrite=False, make_parents=False, folder=False):
+    """One `error:` line naming `flag` and `path` when the output may not be written (src.atomic.output_problem:
+    an input, a folder, an existing file without --overwrite, a missing or unwritable folder); call it
+    before any work, with every input the run reads."""
+    problem = output_problem(path, inputs, overwrite=overwrite, make_parents=make_parents, folder=folder)
+    if problem:
+        raise DeployError(f"{flag} {path}: {problem}")
 
 
 def print_model_value(config_path, model_path, key):

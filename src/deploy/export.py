@@ -121,15 +121,20 @@ def run_export(cfg, checkpoint_path, overwrite=False, conv_impl="native", dynami
     The data settings used (cfg's, with the checkpoint's `record` classes and mean/std) are
     written next to the model as <model file>.json (src.data.data_settings.write_sidecar).
 
-    Cheap checks (existing target, AIR off Ascend, unavailable device) come before the
-    network is built, so a mistake costs no model loading.
+    Cheap checks (the outputs: not the checkpoint, not a folder, existing only with `overwrite`,
+    in a writable folder; AIR off Ascend, unavailable device) come before the network is built,
+    so a mistake costs no model loading.
     """
     import mindspore as ms
 
+    from src.data.data_settings import effective_settings, sidecar_path, write_sidecar
+
+    from .cli import check_output
+
     file_name = cfg.file_name or cfg.arch
     path = export_path(file_name, cfg.file_format)
-    if os.path.exists(path) and not overwrite:
-        raise DeployError(f"{path} already exists; pass --overwrite to replace it")
+    for output in (path, sidecar_path(path)):  # the model and its data settings: never the checkpoint
+        check_output("--file_name", output, [checkpoint_path], overwrite=overwrite, make_parents=True)
     check_device(cfg.device_target, cfg.file_format)
     if dynamic_batch and cfg.file_format != "ONNX":
         raise DeployError(f"--dynamic_batch is for ONNX exports only, not {cfg.file_format}")
@@ -142,8 +147,6 @@ def run_export(cfg, checkpoint_path, overwrite=False, conv_impl="native", dynami
     deployed = create_deploy_network(network, cfg.file_format, conv_impl, dynamic_batch)
     path = export_network(deployed, cfg.file_format, file_name, cfg.export_batch_size, cfg.test_input_size,
                           overwrite=overwrite, dynamic_batch=dynamic_batch)
-    from src.data.data_settings import effective_settings, write_sidecar
-
     sidecar = write_sidecar(path, effective_settings(cfg, record))
     impls = "native" if cfg.file_format == "ONNX" else conv_impl
     size = cfg.test_input_size

@@ -45,7 +45,12 @@ def load_mindir(path, device_target="CPU"):
             set_cpu_threads()  # MindSpore's default 25 kernel threads oversubscribe small machines
         except RuntimeError:  # MindSpore allows setting it once per process; it already was
             pass
-    network = ms.nn.GraphCell(ms.load(path))
+    try:  # a file cut at a field boundary parses; MindSpore fails to load it ("Load MindIR failed.") or to
+        network = ms.nn.GraphCell(ms.load(path))  # compile it: both are tried here, before any input is read
+        network(ms.Tensor(np.zeros(shape, np.float32)))
+    except RuntimeError as exc:
+        raise DeployError(f"{path} is not a readable MINDIR file (MindSpore: {str(exc).strip().splitlines()[0]}; "
+                          f"truncated or damaged? export it again)") from None
     return lambda x: network(ms.Tensor(x)).asnumpy(), shape
 
 
@@ -92,7 +97,10 @@ def run_inference(model_path, input_path, result_path, time_path=None, device_ta
     real images over all files (the last file may be padded), for the time per image;
     default files x batch. Returns a dict: files, images, mean_ms_per_file, mean_ms_per_image.
     """
+    from .cli import check_output
+
     names = [f[:-len(".bin")] for f in list_bins(input_path)]
+    check_output("--result_path", result_path, [input_path, model_path], make_parents=True, folder=True)
     run, shape = load_onnx(model_path) if runtime == "onnxruntime" else load_mindir(model_path, device_target)
     shape = resolve_batch(shape, input_path, names)
     capacity = len(names) * shape[0]

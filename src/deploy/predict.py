@@ -20,7 +20,7 @@ import os
 import numpy as np
 
 from src.atomic import write_atomic
-from src.data.folder import IMG_EXTENSIONS
+from src.data.folder import IMG_EXTENSIONS, escape_name
 
 from .errors import DeployError
 
@@ -38,11 +38,22 @@ def _walk_images(folder):
     return found
 
 
+def read_text_lines(path, what):
+    """The stripped lines of a UTF-8 text file; one DeployError naming it when it cannot be read or decoded."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return [line.strip() for line in f]
+    except UnicodeDecodeError as exc:
+        raise DeployError(f"{what} {path}: not UTF-8 text (byte {exc.start}: {exc.object[exc.start:exc.start + 1]!r}); "
+                          f"save it as UTF-8") from None
+    except OSError as exc:
+        raise DeployError(f"{what} {path}: {exc.strerror or exc}") from None
+
+
 def _read_list(path):
     """Image paths listed one per line in a text file (relative ones are relative to the file's folder)."""
     base = os.path.dirname(os.path.abspath(path))
-    with open(path, encoding="utf-8") as f:
-        lines = [line.strip() for line in f]
+    lines = read_text_lines(path, "image list")
     return [line if os.path.isabs(line) else os.path.join(base, line) for line in lines
             if line and not line.startswith("#")]
 
@@ -78,14 +89,30 @@ def collect_images(inputs):
 
 def read_class_names(path):
     """Class names, one per line, in label order."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            names = [line.strip() for line in f if line.strip()]
-    except OSError as exc:
-        raise DeployError(f"class names file {path}: {exc.strerror or exc}") from None
+    names = [line for line in read_text_lines(path, "--class_names") if line]
     if not names:
         raise DeployError(f"class names file {path} is empty (one name per line expected)")
     return names
+
+
+def check_class_count(runner, class_names, names_path=None, record=None, model_path=None):
+    """The model's logits per image against --class_names (`names_path`) and an exported model's
+    sidecar record (`record`): one DeployError naming the file that disagrees."""
+    classes = runner.num_classes
+    if names_path and len(class_names) != classes:
+        raise DeployError(f"--class_names {names_path}: {len(class_names)} names for the model's {classes} classes "
+                          f"(one name per line, in label order)")
+    if record is not None and model_path is not None:
+        from src.data.data_settings import sidecar_path
+
+        counts = {"num_classes": record.get("num_classes")}
+        if record.get("classes"):
+            counts["classes"] = len(record["classes"])
+        for key, count in counts.items():
+            if count is not None and count != classes:
+                raise DeployError(f"{model_path} gives {classes} logits per image, but its data settings "
+                                  f"{sidecar_path(model_path)} say {key} {count}: not the model they were "
+                                  f"written for (export it again)")
 
 
 # --------------------------------------------------------------------------- runners
@@ -108,6 +135,7 @@ class CheckpointRunner:
         self.network, ema = build_eval_network(cfg, checkpoint, fast_forms=False)
         self.weights = "EMA" if ema else "raw"
         self.batch_size, self.image_size = batch_size, cfg.test_input_size
+        self.num_classes = cfg.num_classes
         self._tensor = ms.Tensor
 
     def __call__(self, batch):
@@ -127,6 +155,8 @@ class ModelRunner:
         self.fixed_batch = shape[0]
         self.batch_size = self.fixed_batch or batch_size
         self.image_size = shape[-1]
+        probe = np.zeros((self.fixed_batch or 1,) + tuple(shape[1:]), np.float32)  # its output size, before any image
+        self.num_classes = int(np.asarray(self.run(probe)).shape[-1])
 
     def __call__(self, batch):
         n = batch.shape[0]
@@ -194,12 +224,17 @@ def format_predictions(predictions, fmt, k, meta):
 
 
 def write_predictions(path, text):
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        raise DeployError(f"--output {path}: folder {directory} does not exist")
+    """Write the output file (checked before the work: src.deploy.cli.check_output)."""
     write_atomic(path, text)
 
 
+def bad_files_path(output):
+    """Where the unreadable images of a run with `--output output` are listed: <output stem>_bad_files.txt."""
+    return os.path.splitext(output)[0] + "_bad_files.txt"
+
+
 def format_line(item):
-    """'path: label 93.1%, label 3.2%, ...' for the console."""
-    return f"{item['path']}: " + ", ".join(f"{e['label']} {100 * e['probability']:.1f}%" for e in item["topk"])
+    """'path: label 93.1%, label 3.2%, ...' for the console: one line per image, whatever the names hold
+    (a newline in a file or class name is written as \\n: folder.escape_name)."""
+    return f"{escape_name(item['path'])}: " + ", ".join(f"{escape_name(e['label'])} {100 * e['probability']:.1f}%"
+                                                        for e in item["topk"])
