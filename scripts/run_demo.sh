@@ -37,7 +37,8 @@ read -r -a EXTRA_TRAIN_ARGS <<< "${TRAIN_ARGS:-}"  # a list of options, split on
 BEST="$OUT/dm_nfnet_nano_best.ckpt"
 
 echo "== 3/5 eval.py on $BEST"
-"$PYTHON" eval.py --config "$CONFIG" --data_path "$DATA" --checkpoint "$BEST" --output "$OUT/eval.json"
+"$PYTHON" eval.py --config "$CONFIG" --data_path "$DATA" --checkpoint "$BEST" --output "$OUT/eval.json" \
+  --overwrite  # a second make demo replaces the first one's numbers
 
 echo "== 4/5 export: $OUT/dm_nfnet_nano.mindir"
 "$PYTHON" export.py --config "$CONFIG" --checkpoint "$BEST" --file_format MINDIR \
