@@ -137,9 +137,11 @@ def read_torch_checkpoint(path):
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        # PyTorch's message is several paragraphs (and advises weights_only=False); keep what it refused
+        found = re.search(r"GLOBAL ([\w.]+)", str(exc))
+        what = f" (it needs {found.group(1)})" if found else ""
         raise ConversionError(f"{path} holds more than tensors and plain containers, which torch's weights_only "
-                              f"loader refuses ({first[:200]}); nothing in it was run. Re-save its state_dict() "
+                              f"loader refuses{what}; nothing in it was run. Re-save its state_dict() "
                               "with torch.save, or as .safetensors") from None
     except (EOFError, RuntimeError, OSError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
