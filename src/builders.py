@@ -22,7 +22,8 @@ def build_network(cfg, checkpoint_path=None, checkpoint_prefix="", finetune=None
     network = create_model(cfg.arch, num_classes=cfg.num_classes, drop_rate=cfg.drop_rate,
                            drop_path_rate=cfg.drop_path_rate, drop_path_mode=cfg.drop_path_mode,
                            checkpoint_path=checkpoint_path, checkpoint_prefix=checkpoint_prefix,
-                           finetune=finetune, load_report=report, fast_forms=fast_forms)
+                           finetune=finetune, load_report=report, fast_forms=fast_forms,
+                           ws_form=cfg.ws_form, gelu_form=cfg.gelu_form)
     if checkpoint_path and log_fn is not None:
         for line in describe_weights_loaded(report, checkpoint_path, checkpoint_prefix, cfg.num_classes):
             log_fn(line)

@@ -4,6 +4,8 @@ A checkpoint written by train.py, or converted from timm by src/tools/convert_we
 holds one extra entry, ``data_settings``: JSON text with
 
     arch, num_classes         the network the weights belong to
+    ws_form, gelu_form        the arithmetic the weights were trained with (src/models/layers:
+                              timm's, or DeepMind's for DeepMind's weights and recipe)
     classes                   class names in label order (the training folders), or null
     input_size                training crop side (informative)
     test_input_size, crop_pct, eval_crop_mode, interpolation, mean, std
@@ -29,7 +31,7 @@ from .transforms import IMAGENET_MEAN, IMAGENET_STD
 RECORD_KEY = "data_settings"
 # the config keys of the evaluation transform, then the network's; a record sets these in a Config
 TRANSFORM_KEYS = ("test_input_size", "crop_pct", "eval_crop_mode", "interpolation")
-MODEL_KEYS = ("arch", "num_classes")
+MODEL_KEYS = ("arch", "num_classes", "ws_form", "gelu_form")
 
 # timm's pretrained configs of its dm_nfnet_f* weights (timm/models/nfnet.py, default_cfgs
 # 'dm_nfnet_fN.dm_in1k', timm 1.0): train size, test size, crop_pct, all with
@@ -53,7 +55,8 @@ def timm_pretrained_settings(arch, num_classes=1000):
     train_size, test_size, crop_pct = _TIMM_SIZES[arch]
     return dict(arch=arch, num_classes=int(num_classes), classes=None, input_size=train_size,
                 test_input_size=test_size, crop_pct=crop_pct, eval_crop_mode="squash", interpolation="bicubic",
-                mean=list(IMAGENET_MEAN), std=list(IMAGENET_STD), source=f"timm pretrained cfg {arch}.dm_in1k")
+                mean=list(IMAGENET_MEAN), std=list(IMAGENET_STD), ws_form="timm", gelu_form="exact",
+                source=f"timm pretrained cfg {arch}.dm_in1k")
 
 
 def settings_from_config(cfg, classes=None, source="config of the training run"):

@@ -36,7 +36,7 @@ class NfCfg:
     attn_gain: float = 2.0
     se_ratio: float = 0.5
     act_layer: str = "gelu"
-    std_conv_eps: float = 1e-5
+    std_conv_eps: float = 1e-5  # timm's; ws_form "deepmind" uses DeepMind's 1e-4 (layers/std_conv.py)
 
 
 def make_divisible(v, divisor=8):
@@ -167,18 +167,24 @@ class ClassifierHead(nn.Cell):
 class NormFreeNet(nn.Cell):
     """NFNet: stem, four stages of NormFreeBlocks, final 1x1 conv, classifier head.
 
+    ws_form ("timm" / "deepmind") and gelu_form ("exact" / "tanh") choose the arithmetic of the
+    weight standardization and the GELU (layers/std_conv.py, layers/activations.py): timm's by
+    default, DeepMind's for DeepMind's own weights and recipe. Parameters are the same in both.
+
     beta bookkeeping (DeepMind): expected_std starts at 1; block beta = 1/expected_std;
     after each block expected_std^2 += alpha^2, reset to 1 + alpha^2 after a stage's
     first block (whose shortcut carries the activations at unit variance).
     """
 
     def __init__(self, cfg, num_classes=1000, in_chans=3, drop_rate=0.0, drop_path_rate=0.0,
-                 drop_path_mode="deepmind"):
+                 drop_path_mode="deepmind", ws_form="timm", gelu_form="exact"):
         super().__init__()
         self.cfg = cfg
         self.num_classes = num_classes
-        conv_layer = partial(ScaledStdConv2d, eps=cfg.std_conv_eps)
-        act_layer = partial(GammaAct, cfg.act_layer)
+        self.ws_form = ws_form
+        self.gelu_form = gelu_form
+        conv_layer = partial(ScaledStdConv2d, ws_form=ws_form, eps=cfg.std_conv_eps if ws_form == "timm" else None)
+        act_layer = partial(GammaAct, cfg.act_layer, gelu_form=gelu_form)
         self.stem = create_stem(in_chans, cfg.stem_chs, conv_layer, act_layer)
         rates = drop_path_rates(drop_path_rate, cfg.depths, drop_path_mode)
         prev_chs, expected_var, block_idx = cfg.stem_chs, 1.0, 0

@@ -178,6 +178,15 @@ inline float exp_nonpositive_f32(float x) {
 
 constexpr float kSqrtHalf = 0.70710678118654752f;
 constexpr float kInvSqrt2Pi = 0.39894228040143268f;
+constexpr float kSqrt2OverPi = 0.79788456080286536f;
+constexpr float kTanhCubic = 0.044715f;
+
+// tanh(u) = sign(u) (1 - e) / (1 + e) with e = exp(-2 |u|) <= 1: branch-free and vectorizable
+// like exp_nonpositive_f32; |error| < 3e-7 absolute.
+inline float tanh_f32(float u) {
+  const float e = exp_nonpositive_f32(-2.0f * std::fabs(u));
+  return std::copysign((1.0f - e) / (1.0f + e), u);
+}
 
 }  // namespace
 
@@ -213,10 +222,48 @@ extern "C" int ScaledGeluBackward(int nparam, void **params, int *ndims, int64_t
   return 0;
 }
 
+// y = gamma * 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3) (jax.nn.gelu's default form).
+// params: x, gamma (1,), y.
+extern "C" int ScaledTanhGeluForward(int nparam, void **params, int *ndims, int64_t **shapes,
+                                     const char **dtypes, void *, void *) {
+  if (nparam != 3 || !all_float32(3, dtypes)) return 1;
+  const float *x = input(params, 0);
+  const float half_gamma = 0.5f * input(params, 1)[0];
+  float *y = output(params, 2);
+  const int64_t n = numel(ndims[0], shapes[0]);
+  parallel_for(n, [&](int64_t i) {
+    const float v = x[i];
+    y[i] = half_gamma * v * (1.0f + tanh_f32(kSqrt2OverPi * (v + kTanhCubic * v * v * v)));
+  });
+  return 0;
+}
+
+// dx = dy * gamma * (0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2)), t = tanh(u).
+// params: x, dy, gamma (1,), dx.
+extern "C" int ScaledTanhGeluBackward(int nparam, void **params, int *ndims, int64_t **shapes,
+                                      const char **dtypes, void *, void *) {
+  if (nparam != 4 || !all_float32(4, dtypes)) return 1;
+  const float *x = input(params, 0);
+  const float *dy = input(params, 1);
+  const float gamma = input(params, 2)[0];
+  float *dx = output(params, 3);
+  const int64_t n = numel(ndims[0], shapes[0]);
+  parallel_for(n, [&](int64_t i) {
+    const float v = x[i];
+    const float t = tanh_f32(kSqrt2OverPi * (v + kTanhCubic * v * v * v));
+    const float du = kSqrt2OverPi * (1.0f + 3.0f * kTanhCubic * v * v);
+    dx[i] = dy[i] * gamma * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
+  });
+  return 0;
+}
+
 namespace {
 
-// mean and 1/sqrt(var + eps) of one row of k values (two passes, float64 sums).
-inline void row_stats(const float *w, int64_t k, float eps, float *mean, float *rstd) {
+// mean and the reciprocal standard deviation of one row of k values (two passes, float64 sums):
+// timm's 1/sqrt(var + eps), or, with deepmind, DeepMind's sqrt(k) / sqrt(max(k * var, eps)) (the
+// sqrt(k) cancels the layer's scale gamma / sqrt(k)). Returns true when DeepMind's floor is taken
+// (then rstd does not depend on w).
+inline bool row_stats(const float *w, int64_t k, float eps, bool deepmind, float *mean, float *rstd) {
   double sum = 0.0;
 #pragma omp simd reduction(+ : sum)
   for (int64_t j = 0; j < k; ++j) sum += w[j];
@@ -228,14 +275,21 @@ inline void row_stats(const float *w, int64_t k, float eps, float *mean, float *
     sq += c * c;
   }
   *mean = static_cast<float>(mu);
-  *rstd = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(k) + eps));
+  if (!deepmind) {
+    *rstd = static_cast<float>(1.0 / std::sqrt(sq / static_cast<double>(k) + eps));
+    return false;
+  }
+  // k * var = sq
+  const bool floored = sq <= static_cast<double>(eps);
+  *rstd = static_cast<float>(std::sqrt(static_cast<double>(k)) / std::sqrt(floored ? eps : sq));
+  return floored;
 }
 
 }  // namespace
 
 // Scaled weight standardization per output unit (row) of w (out, k...):
-//   w_hat = (w - mean) * rstd * gain * scale.
-// params: w, gain (out, ...), consts (2,) = [scale, eps], w_hat.
+//   w_hat = (w - mean) * rstd * gain * scale   (rstd: row_stats).
+// params: w, gain (out, ...), consts (3,) = [scale, eps, form (0 timm, 1 deepmind)], w_hat.
 extern "C" int WeightStandardizeForward(int nparam, void **params, int *ndims, int64_t **shapes,
                                         const char **dtypes, void *, void *) {
   if (nparam != 4 || !all_float32(4, dtypes)) return 1;
@@ -243,12 +297,13 @@ extern "C" int WeightStandardizeForward(int nparam, void **params, int *ndims, i
   const float *gain = input(params, 1);
   const float scale = input(params, 2)[0];
   const float eps = input(params, 2)[1];
+  const bool deepmind = input(params, 2)[2] != 0.0f;
   float *out = output(params, 3);
   const int64_t rows = shapes[0][0];
   const int64_t k = numel(ndims[0], shapes[0]) / rows;
   parallel_for(rows, [&](int64_t r) {
     float mean, rstd;
-    row_stats(w + r * k, k, eps, &mean, &rstd);
+    row_stats(w + r * k, k, eps, deepmind, &mean, &rstd);
     const float f = rstd * gain[r] * scale;
     const float *wr = w + r * k;
     float *o = out + r * k;
@@ -258,7 +313,8 @@ extern "C" int WeightStandardizeForward(int nparam, void **params, int *ndims, i
 }
 
 // Backward of WeightStandardizeForward. With xhat = (w - mean) * rstd and g = dw_hat * gain * scale:
-//   dgain = scale * sum(dw_hat * xhat),  dw = rstd * (g - mean(g) - xhat * mean(g * xhat)).
+//   dgain = scale * sum(dw_hat * xhat),  dw = rstd * (g - mean(g) - xhat * mean(g * xhat)),
+// without the last term where DeepMind's floor is taken (rstd is then a constant).
 // params: w, gain, consts, dw_hat, dw, dgain.
 extern "C" int WeightStandardizeBackward(int nparam, void **params, int *ndims, int64_t **shapes,
                                          const char **dtypes, void *, void *) {
@@ -267,6 +323,7 @@ extern "C" int WeightStandardizeBackward(int nparam, void **params, int *ndims, 
   const float *gain = input(params, 1);
   const float scale = input(params, 2)[0];
   const float eps = input(params, 2)[1];
+  const bool deepmind = input(params, 2)[2] != 0.0f;
   const float *dout = input(params, 3);
   float *dw = output(params, 4);
   float *dgain = output(params, 5);
@@ -276,7 +333,7 @@ extern "C" int WeightStandardizeBackward(int nparam, void **params, int *ndims, 
     float mean, rstd;
     const float *wr = w + r * k;
     const float *dr = dout + r * k;
-    row_stats(wr, k, eps, &mean, &rstd);
+    const bool floored = row_stats(wr, k, eps, deepmind, &mean, &rstd);
     double sum_d = 0.0, sum_dx = 0.0;  // sums of dw_hat and dw_hat * xhat
 #pragma omp simd reduction(+ : sum_d, sum_dx)
     for (int64_t j = 0; j < k; ++j) {
@@ -286,7 +343,7 @@ extern "C" int WeightStandardizeBackward(int nparam, void **params, int *ndims, 
     const float s = gain[r] * scale;
     dgain[r] = static_cast<float>(scale * sum_dx);
     const float mean_g = static_cast<float>(s * sum_d / static_cast<double>(k));
-    const float mean_gx = static_cast<float>(s * sum_dx / static_cast<double>(k));
+    const float mean_gx = floored ? 0.0f : static_cast<float>(s * sum_dx / static_cast<double>(k));
     float *o = dw + r * k;
     for (int64_t j = 0; j < k; ++j) {
       const float xhat = (wr[j] - mean) * rstd;

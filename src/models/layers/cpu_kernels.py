@@ -173,13 +173,18 @@ def _custom(name, out_shape, out_dtype):
 
 
 class FusedScaledGELU(GammaAct):
-    """gamma * x * Phi(x) and its gradient, one fused kernel each (see ScaledGELU for the formulas)."""
+    """gamma * GELU(x) and its gradient, one fused kernel each, in either GELU form (activations.py:
+    ScaledGELU and ScaledTanhGELU give the formulas)."""
 
-    def __init__(self, gamma):
-        super().__init__("gelu", gamma)
+    _KERNELS = {"exact": ("ScaledGeluForward", "ScaledGeluBackward"),
+                "tanh": ("ScaledTanhGeluForward", "ScaledTanhGeluBackward")}
+
+    def __init__(self, gamma, gelu_form="exact"):
+        super().__init__("gelu", gamma, gelu_form)
+        forward, backward = self._KERNELS[self.gelu_form]
         self.gamma_tensor = Tensor([self.gamma], ms.float32)
-        self.forward = _custom("ScaledGeluForward", lambda x, g: x, lambda x, g: x)
-        self.backward = _custom("ScaledGeluBackward", lambda x, dy, g: x, lambda x, dy, g: x)
+        self.forward = _custom(forward, lambda x, g: x, lambda x, g: x)
+        self.backward = _custom(backward, lambda x, dy, g: x, lambda x, dy, g: x)
 
     def construct(self, x):
         return self.forward(x, self.gamma_tensor)
@@ -188,18 +193,20 @@ class FusedScaledGELU(GammaAct):
         return (self.backward(x, dout, self.gamma_tensor),)
 
     def __deepcopy__(self, memo):  # ops.Custom itself cannot be deep-copied in MindSpore 2.10
-        return type(self)(self.gamma)
+        return type(self)(self.gamma, self.gelu_form)
 
 
 class FusedWeightStandardization(WeightStandardization):
-    """(w - mean) / sqrt(var + eps) * gain * scale per output unit, forward and backward fused.
+    """Scaled weight standardization per output unit in either form (std_conv.py), forward and
+    backward fused: timm's (w - mean) / sqrt(var + eps) * gain * scale, or DeepMind's
+    (w - mean) * gain * gamma * rsqrt(max(fan_in * var, eps)).
 
     w: (out, ...) float32, gain: (out, 1, 1, 1); statistics in float64 inside the kernel.
     """
 
-    def __init__(self, scale, eps):
-        super().__init__(float(scale), float(eps))
-        self.consts = Tensor([self.scale, self.eps], ms.float32)
+    def __init__(self, scale, eps, form="timm", fan_in=1):
+        super().__init__(float(scale), float(eps), form, fan_in)
+        self.consts = Tensor([self.scale, self.eps, 1.0 if self.form == "deepmind" else 0.0], ms.float32)
         self.forward = _custom("WeightStandardizeForward", lambda w, g, c: w, lambda w, g, c: w)
         self.backward = _custom("WeightStandardizeBackward", lambda w, g, c, d: (w, g),
                                 lambda w, g, c, d: (w, g))
@@ -211,7 +218,7 @@ class FusedWeightStandardization(WeightStandardization):
         return self.backward(weight, gain, self.consts, dout)
 
     def __deepcopy__(self, memo):
-        return type(self)(self.scale, self.eps)
+        return type(self)(self.scale, self.eps, self.form, self.fan_in)
 
 
 class FusedMulRows(MulRows):

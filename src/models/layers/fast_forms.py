@@ -7,7 +7,7 @@ the same function faster on this backend; parameters, their names and checkpoint
 untouched. train.py and eval.py build their network with it (src/builders.py); export.py
 does not, so exported models hold only the plain forms.
 """
-from .activations import GammaAct, ScaledGELU
+from .activations import GammaAct, ScaledGELU, ScaledTanhGELU
 from .config import active_forms
 from .conv2d_same import Conv2dSame, Im2ColConv2dSame
 from .replace import replace_cells
@@ -23,20 +23,25 @@ def _is_gelu(act):
     return act.act_type == "gelu"
 
 
+def _operator_gelu(act):
+    return ScaledTanhGELU(act.gamma) if act.gelu_form == "tanh" else ScaledGELU(act.gamma)
+
+
 def _swaps(forms):
     """[(plain cell type, which of them, its fast form)] for `forms`."""
     if not forms.cpu_operators and not forms.fused_kernels:
         return []
     if not forms.fused_kernels:
         return [(Conv2dSame, _every, lambda c: Im2ColConv2dSame(c.kernel_size, c.stride, c.groups)),
-                (GammaAct, _is_gelu, lambda c: ScaledGELU(c.gamma))]
+                (GammaAct, _is_gelu, _operator_gelu)]
     from . import cpu_kernels as k
 
-    swaps = [(WeightStandardization, _every, lambda c: k.FusedWeightStandardization(c.scale, c.eps)),
+    swaps = [(WeightStandardization, _every, lambda c: k.FusedWeightStandardization(c.scale, c.eps, c.form,
+                                                                                         c.fan_in)),
              (MulRows, _every, lambda c: k.FusedMulRows())]
     if forms.cpu_operators:
         swaps += [(Conv2dSame, _every, lambda c: k.FusedConv2dSame(c.kernel_size, c.stride, c.groups)),
-                  (GammaAct, _is_gelu, lambda c: k.FusedScaledGELU(c.gamma))]
+                  (GammaAct, _is_gelu, lambda c: k.FusedScaledGELU(c.gamma, c.gelu_form))]
     return swaps
 
 
