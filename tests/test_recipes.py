@@ -258,5 +258,5 @@ def test_deepmind_yaml_spells_out_every_key_and_differs_from_the_zoo_only_in_rec
     zoo = load_config(path.replace(os.sep + "deepmind", "")).to_dict()
     differs = {k for k, v in load_config(path).to_dict().items() if zoo[k] != v}
     assert differs == {"auto_augment", "mix_up", "mix_scheme", "train_crop", "train_resize", "accumulation_step",
-                       "warmup_lr", "min_lr",
+                       "warmup_lr", "min_lr", "ws_form", "gelu_form",
                        "amp_dtype", "is_dynamic_loss_scale", "loss_scale", "output_dir"}
