@@ -30,7 +30,8 @@ ARM_FLAGS = tuple("-march=armv8.2-a" if f == "-march=native" else f for f in cpu
     "-Wall", "-Wextra")
 pytestmark = pytest.mark.timeout(1200)  # compilers and qemu on a busy machine
 THREADS = 2  # the pool splits every kernel into two chunks on both sides (emulated threads under qemu)
-KERNELS = {"ScaledGeluForward", "ScaledGeluBackward", "WeightStandardizeForward", "WeightStandardizeBackward",
+KERNELS = {"ScaledGeluForward", "ScaledGeluBackward", "ScaledTanhGeluForward", "ScaledTanhGeluBackward",
+           "WeightStandardizeForward", "WeightStandardizeBackward",
            "Im2ColSame", "Col2ImSame", "ChannelsToNCHWBias", "ChannelsToNCHWBiasBackward", "SgdAgcUpdate",
            "EmaUpdate", "AllFinite", "MulRows", "MulRowsBackward"}  # every kernel but the oneDNN ones
 
@@ -154,15 +155,18 @@ def _calls(rng):
         x = normal(*shape, scale=2.5)
         x.flat[:4] = [-6.0, 6.0, 0.0, -4.5]  # the erf clamp and the exp clamp
         dy, gamma = normal(*shape), np.array([1.3], f32)
-        calls += [(f"gelu{shape}", "ScaledGeluForward", [x, gamma, _out(*shape)], 2),
-                  (f"gelu_grad{shape}", "ScaledGeluBackward", [x, dy, gamma, _out(*shape)], 3)]
+        for form in ("", "Tanh"):  # timm's exact GELU and DeepMind's tanh form
+            calls += [(f"{form}gelu{shape}", f"Scaled{form}GeluForward", [x, gamma, _out(*shape)], 2),
+                      (f"{form}gelu_grad{shape}", f"Scaled{form}GeluBackward", [x, dy, gamma, _out(*shape)], 3)]
     for rows, fan in [(96, (32, 3, 3)), (7, (5, 1, 1))]:
         w = normal(rows, *fan, scale=0.1) + f32(0.05)
         gain, up = normal(rows, 1, 1, 1), normal(rows, *fan)
-        consts = np.array([1.7 / np.sqrt(np.prod(fan)), 1e-5], f32)
-        calls += [(f"ws{rows}", "WeightStandardizeForward", [w, gain, consts, _out(*w.shape)], 3),
-                  (f"ws_grad{rows}", "WeightStandardizeBackward",
-                   [w, gain, consts, up, _out(*w.shape), _out(*gain.shape)], 4)]
+        # (scale, eps, form): timm's (eps in the root) and DeepMind's (eps a floor of fan_in * var)
+        for form, consts in (("timm", [1.7 / np.sqrt(np.prod(fan)), 1e-5, 0.0]), ("deepmind", [1.7, 1e-4, 1.0])):
+            consts = np.array(consts, f32)
+            calls += [(f"ws{rows}{form}", "WeightStandardizeForward", [w, gain, consts, _out(*w.shape)], 3),
+                      (f"ws_grad{rows}{form}", "WeightStandardizeBackward",
+                       [w, gain, consts, up, _out(*w.shape), _out(*gain.shape)], 4)]
     for (n, c, h, w), k, stride in [((2, 5, 9, 11), 3, 1), ((2, 5, 9, 11), 3, 2), ((1, 4, 8, 8), 3, 2),
                                     ((3, 2, 7, 6), 1, 1), ((1, 3, 10, 10), 5, 2)]:
         oh, ow = _same_out(h, stride), _same_out(w, stride)
