@@ -53,9 +53,35 @@ positive_int() {  # positive_int <value> <name>
   echo "$1"
 }
 
+refuse_other_device() {  # refuse_other_device <device> <launcher for CPU> <args...>: the overrides may not move
+  # this launcher's run to another device (it passes --device_target <device>; a later one would win)
+  local device="$1" cpu_launcher="$2" previous="" arg value
+  shift 2
+  for arg in "$@"; do
+    value=""
+    case "$arg" in
+      --device_target=*) value="${arg#*=}" ;;
+      *) if [ "$previous" = --device_target ]; then value="$arg"; fi ;;
+    esac
+    if [ -n "$value" ] && [ "$value" != "$device" ]; then
+      bad_setting "$(basename "$0") runs on $device, not --device_target $value: on the CPU use scripts/$cpu_launcher"
+    fi
+    previous="$arg"
+  done
+}
+
+require_ascend() {  # require_ascend <launcher for CPU>: stop before any process or folder when no Ascend driver is here
+  # /dev/davinci_manager: the node the Ascend driver creates on the host (and maps into containers)
+  if [ ! -e "${ASCEND_DEVICE_NODE:-/dev/davinci_manager}" ]; then
+    bad_setting "no Ascend device on this machine (${ASCEND_DEVICE_NODE:-/dev/davinci_manager} is missing: no Ascend driver): $(basename "$0") runs train.py on Ascend devices; on the CPU use scripts/$1"
+  fi
+}
+
 make_run_dir() {  # make_run_dir <kind>: sets RUN_DIR (absolute) and creates RUN_DIR/logs
   local job="${JOB_ID:-${SLURM_JOB_ID:-}}"
+  if [ -z "${RUN_DIR:-}" ]; then RUNS_PARENT="$(pwd)/runs"; fi
   RUN_DIR="${RUN_DIR:-$(pwd)/runs/$1-${job:-$(date +%Y%m%d-%H%M%S)}}"
+  if [ ! -e "$RUN_DIR" ]; then RUN_DIR_CREATED=1; fi
   mkdir -p "$RUN_DIR/logs"
   RUN_DIR="$(realpath -- "$RUN_DIR")"
   echo "run directory: $RUN_DIR"
@@ -67,6 +93,13 @@ run_logged() {  # run_logged <log> <command...>: run with its output on the cons
   echo "log: $log"
   "$@" 2>&1 | tee "$log" || status=${PIPESTATUS[0]}
   if [ "$status" -ne 0 ]; then
+    if [ "${RUN_DIR_CREATED:-0}" = 1 ] && [ "$(find "$RUN_DIR" -mindepth 1 | wc -l)" -le 2 ]; then
+      # refused before it wrote anything (its one line is above): no empty run directory is left behind
+      rm -rf "$RUN_DIR"
+      if [ -n "${RUNS_PARENT:-}" ]; then rmdir "$RUNS_PARENT" 2> /dev/null || true; fi  # ./runs, if now empty
+      echo "error: exit status $status (nothing was written; $RUN_DIR removed)" >&2
+      exit "$status"
+    fi
     echo "error: exit status $status, see $log" >&2
     exit "$status"
   fi

@@ -46,6 +46,8 @@ fi
 read -r RANK_SIZE PAIRS <<< "$DEVICES"
 read -r -a PAIRS <<< "$PAIRS"
 LOCAL_NUM="${#PAIRS[@]}"
+refuse_other_device Ascend run_distribute_train_msrun.sh "$@"
+require_ascend run_distribute_train_msrun.sh
 make_run_dir "train_ascend_${RANK_SIZE}p"
 
 CORES="$(nproc)"
@@ -62,12 +64,18 @@ for index in "${!PAIRS[@]}"; do
     --device_id "$DEVICE_ID" --output_dir "$RUN_DIR/output" "$@" > "$RUN_DIR/logs/train_rank$RANK_ID.log" 2>&1 &
   PIDS+=("$!")
 done
-STATUS=0
-for pid in "${PIDS[@]}"; do
-  wait "$pid" || STATUS=$?
+STATUS=0 FAILED_RANK=""
+for index in "${!PIDS[@]}"; do
+  CODE=0
+  wait "${PIDS[$index]}" || CODE=$?
+  if [ "$CODE" -ne 0 ] && [ -z "$FAILED_RANK" ]; then
+    STATUS="$CODE" FAILED_RANK="${PAIRS[$index]##*:}"
+  fi
 done
 if [ "$STATUS" -ne 0 ]; then
-  echo "error: a rank failed (exit status $STATUS), see $RUN_DIR/logs/train_rank*.log" >&2
+  FAILED_LOG="$RUN_DIR/logs/train_rank$FAILED_RANK.log"
+  grep '^error: ' "$FAILED_LOG" | tail -n 1 >&2 || true  # the failing rank's own line
+  echo "error: rank $FAILED_RANK failed (exit status $STATUS), see $FAILED_LOG" >&2
   exit "$STATUS"
 fi
 echo "done: $RUN_DIR"

@@ -32,6 +32,7 @@ HOST_ARGS=()
 if [ -n "${HOSTFILE:-}" ]; then
   HOST_ARGS=(--hostfile "$(existing_file "$HOSTFILE" HOSTFILE)")
 fi
+refuse_other_device GPU run_distribute_train_msrun.sh "$@"
 command -v mpirun > /dev/null || bad_argument "mpirun not found: install OpenMPI"
 make_run_dir "train_gpu_${DEVICE_NUM}p"
 

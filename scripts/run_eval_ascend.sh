@@ -25,6 +25,8 @@ DEVICE_ID="$(non_negative_int "$1" DEVICE_ID)"
 CONFIG_PATH="$(existing_file "$2" CONFIG_PATH)"
 CHECKPOINT_PATH="$(existing_file "$3" CHECKPOINT_PATH)"
 shift 3
+refuse_other_device Ascend run_eval_cpu.sh "$@"
+require_ascend run_eval_cpu.sh
 make_run_dir eval_ascend
 run_logged "$RUN_DIR/logs/eval.log" \
   "$PYTHON" "$ROOT/eval.py" --config "$CONFIG_PATH" --device_target Ascend --device_id "$DEVICE_ID" \

@@ -25,6 +25,7 @@ DEVICE_ID="$(non_negative_int "$1" DEVICE_ID)"
 CONFIG_PATH="$(existing_file "$2" CONFIG_PATH)"
 CHECKPOINT_PATH="$(existing_file "$3" CHECKPOINT_PATH)"
 shift 3
+refuse_other_device GPU run_eval_cpu.sh "$@"
 make_run_dir eval_gpu
 run_logged "$RUN_DIR/logs/eval.log" \
   "$PYTHON" "$ROOT/eval.py" --config "$CONFIG_PATH" --device_target GPU --device_id "$DEVICE_ID" \

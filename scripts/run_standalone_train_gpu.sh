@@ -24,6 +24,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/launch_common.sh"
 DEVICE_ID="$(non_negative_int "$1" DEVICE_ID)"
 CONFIG_PATH="$(existing_file "$2" CONFIG_PATH)"
 shift 2
+refuse_other_device GPU run_standalone_train_cpu.sh "$@"
 make_run_dir train_gpu
 run_logged "$RUN_DIR/logs/train.log" \
   "$PYTHON" "$ROOT/train.py" --config "$CONFIG_PATH" --device_target GPU --device_id "$DEVICE_ID" \

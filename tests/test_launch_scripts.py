@@ -119,7 +119,8 @@ def test_rank_table_launcher_starts_one_process_per_device_of_this_server(tmp_pa
     stub, record = _recording_python(tmp_path)
     run_dir = tmp_path / "run"
     result = bash("run_distribute_train_ascend.sh", table, CONFIG, "--epochs", "3", cwd=tmp_path,
-                  env={"PYTHON": stub, "SERVER_ID": "1", "RUN_DIR": str(run_dir)})
+                  env={"PYTHON": stub, "SERVER_ID": "1", "RUN_DIR": str(run_dir),
+                       "ASCEND_DEVICE_NODE": str(table)})  # stands for /dev/davinci_manager
     assert result.returncode == 0, result.stderr
     starts = {name: (record / name).read_text() for name in sorted(os.listdir(record))}
     assert sorted(starts) == ["rank_2", "rank_3"]
@@ -199,3 +200,41 @@ def test_the_eval_launcher_shows_eval_py_output_once_and_keeps_it_in_its_log(dig
     summary = [line for line in result.stdout.splitlines() if line.startswith("top1 ")]
     assert len(summary) == 1, result.stdout  # tee'd once, not printed again from the log (issue 27)
     assert summary[0] in (run_dir / "logs" / "eval.log").read_text()
+
+
+@pytest.mark.parametrize("script, args, device, cpu_launcher", [
+    ("run_standalone_train_ascend.sh", ["0", CONFIG], "Ascend", "run_standalone_train_cpu.sh"),
+    ("run_standalone_train_gpu.sh", ["0", CONFIG], "GPU", "run_standalone_train_cpu.sh"),
+    ("run_distribute_train_gpu.sh", ["8", CONFIG], "GPU", "run_distribute_train_msrun.sh"),
+    ("run_eval_ascend.sh", ["0", CONFIG, "CKPT"], "Ascend", "run_eval_cpu.sh"),
+    ("run_eval_gpu.sh", ["0", CONFIG, "CKPT"], "GPU", "run_eval_cpu.sh"),
+])
+def test_a_device_launcher_refuses_another_device_before_any_folder(script, args, device, cpu_launcher, tmp_path):
+    ckpt = tmp_path / "net.ckpt"
+    ckpt.write_bytes(b"x")
+    args = [str(ckpt) if a == "CKPT" else a for a in args]
+    for override in (["--device_target", "CPU"], ["--device_target=CPU"]):
+        result = bash(script, *args, "--epochs", "1", *override, cwd=tmp_path)
+        assert result.returncode == 2 and result.stderr == (
+            f"error: {script} runs on {device}, not --device_target CPU: on the CPU use scripts/{cpu_launcher}\n")
+    assert sorted(os.listdir(tmp_path)) == ["net.ckpt"]  # no runs/ folder
+
+
+@pytest.mark.parametrize("script, args", [("run_standalone_train_ascend.sh", ["0", CONFIG]),
+                                          ("run_eval_ascend.sh", ["0", CONFIG, "CKPT"])])
+def test_an_ascend_launcher_on_a_machine_without_the_driver_stops_before_any_folder(script, args, tmp_path):
+    ckpt = tmp_path / "net.ckpt"
+    ckpt.write_bytes(b"x")
+    args = [str(ckpt) if a == "CKPT" else a for a in args]
+    result = bash(script, *args, cwd=tmp_path, env={"ASCEND_DEVICE_NODE": str(tmp_path / "davinci_manager")})
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"error: no Ascend device on this machine ({tmp_path / 'davinci_manager'} is "
+                                    f"missing: no Ascend driver): {script} runs train.py on Ascend devices")
+    assert sorted(os.listdir(tmp_path)) == ["net.ckpt"]
+
+
+def test_a_failing_launch_that_wrote_nothing_leaves_no_run_folder(tmp_path):
+    result = bash("run_standalone_train_cpu.sh", CONFIG, "--epochs", "0", cwd=tmp_path)
+    assert result.returncode == 2
+    assert "error: " in result.stdout + result.stderr and "removed" in result.stderr
+    assert os.listdir(tmp_path) == []  # runs/train_cpu-* is gone
