@@ -57,10 +57,11 @@ def main(argv=None):
     class_names = (record or {}).get("classes")
     skipped = []  # entries the folder scan left out, for bad_files.txt
     check_layout = _layout_check(class_names, skipped)
-    from src.tools.context import fit_to_machine, init_context
+    from src.tools.context import fall_back_device, fit_to_machine, init_context
     from src.tools.modelarts import check_before_init, data_and_results
 
-    cfg = fit_to_machine(cfg)  # a device this machine lacks stops here, in one line
+    cfg = fall_back_device(cfg, args.cli_keys)  # no --device_target: what this MindSpore runs
+    cfg = fit_to_machine(cfg, explicit=args.cli_keys)  # a device named but missing stops here, in one line
     check_before_init(cfg, check_layout)  # before the heavy imports
 
     ctx = init_context(cfg.device_target, cfg.device_id, cfg.mode, cfg.seed, cfg.deterministic, cfg.distribute,

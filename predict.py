@@ -59,11 +59,12 @@ def main(argv=None):
     fmt = output_format(args.output, args.format) if args.output else None
     class_names = read_class_names(args.class_names) if args.class_names else None
     paths = collect_images(args.inputs)
-    from src.tools.context import fit_to_machine
+    from src.tools.context import fall_back_device, fit_to_machine
 
     if args.model and args.model.lower().endswith(".onnx"):
         cfg = cfg.replace(device_target="CPU")  # ONNX Runtime runs it; MindSpore only loads the images
-    cfg = fit_to_machine(cfg, notice=note)  # a device this machine lacks stops here; workers fit the cores
+    cfg = fall_back_device(cfg, args.cli_keys, notice=note)  # no --device_target: what this MindSpore runs
+    cfg = fit_to_machine(cfg, notice=note, explicit=args.cli_keys)  # a named device missing stops here
 
     from src.data.data_settings import (applied_note, apply_settings, describe_transform, read_checkpoint_settings,
                                         read_sidecar, sidecar_path)

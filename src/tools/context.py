@@ -122,12 +122,13 @@ def device_available(device_target):
         logging.disable(logging.NOTSET)
 
 
-def fit_to_machine(cfg, notice=print):
+def fit_to_machine(cfg, notice=print, explicit=None):
     """`cfg` made to run on this machine, before anything heavy.
 
     A device_target without a backend in this MindSpore installation stops with one line that
     names the fix (a UserError); num_parallel_workers above the cores is lowered to the core
-    count (MindSpore's dataset rejects more) with a notice.
+    count (MindSpore's dataset rejects more), with a notice unless ``explicit`` (the keys the
+    command line gave, from the inference entry points) leaves the count to the defaults.
     """
     if not device_available(cfg.device_target):
         import mindspore as ms
@@ -138,9 +139,28 @@ def fit_to_machine(cfg, notice=print):
                         f"device_target in the YAML), or install MindSpore's {cfg.device_target} package")
     cores = available_cores()
     if cfg.num_parallel_workers > cores:
-        notice(f"num_parallel_workers {cfg.num_parallel_workers} lowered to {cores}, the cores of this machine")
+        if explicit is None or "num_parallel_workers" in explicit:
+            notice(f"num_parallel_workers {cfg.num_parallel_workers} lowered to {cores}, the cores of this machine")
         cfg = cfg.replace(num_parallel_workers=cores)
     return cfg
+
+
+def fall_back_device(cfg, explicit, notice=print):
+    """`cfg` on a device this MindSpore installation has, for eval.py, export.py and predict.py.
+
+    A device_target the command line did not name (the configs' default is Ascend) that this
+    installation lacks becomes the first of Ascend, GPU and CPU it has, with a notice: a CPU
+    user evaluates, exports or predicts with a checkpoint without --device_target, also one
+    trained on another device. A device named on the command line is kept (fit_to_machine
+    refuses it if missing). train.py does not fall back: an Ascend cluster whose driver failed
+    would train on its CPUs, a thousand times slower, unnoticed.
+    """
+    if "device_target" in explicit or device_available(cfg.device_target):
+        return cfg
+    device = next(d for d in ("Ascend", "GPU", "CPU") if device_available(d))
+    notice(f"note: device_target {cfg.device_target} is not available in this MindSpore installation; "
+           f"running on {device} (--device_target chooses)")
+    return cfg.replace(device_target=device)
 
 
 def launched_distributed():
