@@ -419,9 +419,19 @@ def _reject_unknown_keys(layer):
         raise ConfigError(f"{layer.source}: " + "; ".join(bad))
 
 
+# timm's train.py flags whose name here is another (a timm user's first guess), for the suggestions
+TIMM_NAMES = {"model": "arch", "data_dir": "data_path", "img_size": "input_size", "workers": "num_parallel_workers",
+              "opt": "optimizer", "sched": "lr_scheduler", "mixup": "mix_up", "smoothing": "label_smoothing",
+              "model_ema": "ema", "model_ema_decay": "ema_decay", "clip_grad": "clipping", "lr": "base_lr"}
+# The model zoo's flags that no setting needs here: flag -> why it is ignored (accepted with a note)
+SEED_FLAGS = {"inference": "the network is always run in inference mode by eval.py and export.py"}
+
+
 def _suggestion(name, known, flags=False):
     """' (did you mean 'x'?)' for the nearest known names, or ''."""
-    name = str(name).lstrip("-")
+    name = str(name).lstrip("-").replace("-", "_")
+    if TIMM_NAMES.get(name) in known:
+        return f" (did you mean {'--' if flags else ''}{TIMM_NAMES[name]}, timm's --{name}?)"
     matches = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
     if not matches:  # e.g. lr -> base_lr, warmup_lr, min_lr
         parts = [k for k in known if name in k.split("_")]
@@ -666,6 +676,7 @@ def parse_cli(argv=None, description="", add_script_args=None, shown_keys=None):
     `script_args.cli_keys` is the set of config keys given on the command line.
     """
     parser = build_parser(description, add_script_args, shown_keys)
+    argv = _drop_seed_flags(sys.argv[1:] if argv is None else list(argv))
     namespace, unknown = parser.parse_known_args(argv)
     if unknown:
         raise ConfigError(_unknown_args_message(unknown, parser))
@@ -682,6 +693,24 @@ def parse_cli(argv=None, description="", add_script_args=None, shown_keys=None):
     layers.append(_Layer(_CLI, cli_values, flags=True))
     script_args.cli_keys = frozenset(cli_values)  # what the user set by hand (e.g. over a checkpoint's settings)
     return script_args, _resolve(layers)
+
+
+def _drop_seed_flags(argv):
+    """`argv` without the model zoo's flags of SEED_FLAGS (`--inference True`), each dropped with a note."""
+    out, skip = [], False
+    for i, arg in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        flag = arg.split("=", 1)[0]
+        if flag.startswith("--") and flag[2:] in SEED_FLAGS:
+            has_value = "=" not in arg and i + 1 < len(argv) and not argv[i + 1].startswith("-")
+            skip = has_value
+            print(f"note: {flag} (the model zoo's flag) is not needed: {SEED_FLAGS[flag[2:]]}; ignored",
+                  file=sys.stderr)
+            continue
+        out.append(arg)
+    return out
 
 
 def group_keys(*groups):

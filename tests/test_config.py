@@ -362,3 +362,17 @@ def test_max_nonfinite_steps_defaults_to_the_documented_number_in_the_schema_and
     assert set(stated) == {load_config().max_nonfinite_steps} == {5}
     for path in glob.glob(os.path.join(ROOT, "src", "configs", "**", "*.yaml"), recursive=True):
         assert load_config(path).max_nonfinite_steps == 5, path
+
+
+def test_a_timm_flag_suggests_its_name_here():
+    with pytest.raises(ConfigError, match=r"unknown option --model \(did you mean --arch, timm's --model\?\)"):
+        parse_cli(["--model", "dm_nfnet_f1"])
+    with pytest.raises(ConfigError, match=r"did you mean --input_size, timm's --img_size\?"):
+        parse_cli(["--img-size", "224"])
+
+
+@pytest.mark.parametrize("argv", [["--inference", "True"], ["--inference=True"], ["--inference"]])
+def test_the_model_zoos_inference_flag_is_accepted_with_a_note(argv, capsys):
+    _, cfg = parse_cli(argv + ["--epochs", "30"])
+    assert cfg.epochs == 30
+    assert "note: --inference (the model zoo's flag) is not needed" in capsys.readouterr().err
