@@ -3,7 +3,7 @@
 #
 #   bash build.sh            (BUILD_DIR=<dir> to build elsewhere than ascend310_infer/out)
 #
-# MindSpore's C++ API comes from one of two packages (README "Deployment"):
+# MindSpore's C++ API comes from one of two packages (README "Inference process" and docs/deployment.md):
 #   - MindSpore Lite 2.x, cloud inference package: include/api + lib/libmindspore-lite.so, or the
 #     mindspore_lite folder of its Python wheel (pip install mindspore-lite): include/api +
 #     lib/libmindspore-extendrt_python.so (flavour "lite": the model is built from the file);

@@ -13,9 +13,10 @@
 # GPU, or CPU (MindSpore Lite's CPUDeviceInfo: the same app on a CPU server). --precision_mode
 # (Ascend only, AscendDeviceInfo::SetPrecisionMode): preferred_fp32 (default: float32 wherever the
 # chip has a float32 kernel, the closest to eval.py), enforce_fp32, enforce_origin,
-# preferred_optimal, enforce_fp16 (fastest; the 310's own default); README "Deployment" gives the
-# cost of each. DATASET_NAME (imagenet | digits) selects the config (src/configs/dm_nfnet_f0.yaml |
-# dm_nfnet_nano_digits.yaml; NFNET_CONFIG=<yaml> overrides it, e.g. for F1-F6). DATASET_PATH is the
+# preferred_optimal, enforce_fp16 (fastest; the 310's own default); docs/deployment.md gives the
+# cost of each. DATASET_NAME (imagenet or the seed's imagenet2012 | digits) selects the config of the
+# data's defaults (src/configs/dm_nfnet_f0.yaml | dm_nfnet_nano_digits.yaml; NFNET_CONFIG=<yaml>
+# overrides it); the model's <model>.json (export.py) gives its class count and transform. DATASET_PATH is the
 # validation folder of class folders (or a dataset root holding val/). DEVICE_ID defaults to 0.
 # Results go to the current folder: preprocess_Result/, result_Files/, time_Result/, acc.log,
 # acc.json. INFER_APP=<built app> skips the build; otherwise build.sh builds it into

@@ -37,4 +37,22 @@ def run_cli(main_fn, *args, **kwargs):
     except UserError as e:
         print(f"error: {one_line(e)}", file=sys.stderr)
         sys.exit(2)
+    except ModuleNotFoundError as e:
+        if (e.name or "").split(".")[0] not in REQUIRED_PACKAGES:
+            raise
+        print(f"error: {missing_package_line(e.name)}", file=sys.stderr)
+        sys.exit(2)
     sys.exit(code or 0)
+
+
+# import name -> requirements.txt package: what `make demo` installs into .venv
+REQUIRED_PACKAGES = {"mindspore": "mindspore", "numpy": "numpy", "yaml": "pyyaml", "PIL": "pillow",
+                     "matplotlib": "matplotlib"}
+
+
+def missing_package_line(name):
+    """The one line for a requirement this Python lacks: most often the command ran outside .venv."""
+    package = REQUIRED_PACKAGES[name.split(".")[0]]
+    return (f"{package} is not installed for {sys.executable}: run the command inside the project's venv "
+            f"(`make demo` creates .venv; then `source .venv/bin/activate`, or call .venv/bin/python), or "
+            f"pip install -r requirements.txt")

@@ -109,3 +109,19 @@ def test_inference_without_device_target_runs_on_what_this_mindspore_has(script,
     assert "is not available in this MindSpore installation (" not in result.stderr  # not the refusal
     assert "lowered to" not in result.stdout + result.stderr  # the defaults' 16 workers fit the cores silently
     assert culprit in result.stderr.strip().splitlines()[-1], result.stderr
+
+
+@pytest.mark.timeout(300)
+def test_a_python_without_mindspore_gets_one_line_naming_the_venv(digits_subset, tmp_path):
+    """Provokes: train.py run by a Python that has no MindSpore (the README's commands outside .venv). A
+    `mindspore` package that raises as a missing one does stands for it, first on the path."""
+    fake = tmp_path / "site" / "mindspore"
+    fake.mkdir(parents=True)
+    (fake / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'mindspore'\", name='mindspore')\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path / "site"))
+    result = subprocess.run([sys.executable, "train.py", "--config", "src/configs/dm_nfnet_nano_digits.yaml",
+                             "--data_path", digits_subset(1, 1), "--output_dir", str(tmp_path / "out")], cwd=ROOT,
+                            env=env, capture_output=True, text=True, timeout=280)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        f"error: mindspore is not installed for {sys.executable}: run the command inside the project's venv")

@@ -32,6 +32,7 @@ def readme_commands(path=README):
 COVERAGE = [
     (r"make demo", "Makefile", "bash scripts/run_demo.sh"),
     (r"make test", ".ci/run", "make test"),
+    (r"source \.venv/bin/activate", "Makefile", "-m venv $(VENV)"),  # the venv make creates
     (r"make bench", "tests/test_bench.py", "bench"),
     (r"python train\.py --config src/configs/dm_nfnet_f0\.yaml --data_path /data/imagenet --device_id 0",
      "tests/test_machine_fit.py", "test_readme_f0_train_command_stops_on_cpu_naming_device_target"),
