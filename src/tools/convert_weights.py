@@ -38,7 +38,7 @@ import zipfile
 
 import numpy as np
 
-from src.atomic import atomic_path
+from src.atomic import atomic_path, output_problem
 from src.errors import UserError, one_line, run_cli
 
 _SAFETENSORS_DTYPES = {
@@ -409,19 +409,9 @@ def check_paths(input_path, output_path, overwrite=False):
                               else f"input is not a file: {input_path}")
     if not output_path.endswith(".ckpt"):
         raise ConversionError(f"output must end with .ckpt: {output_path}")
-    if os.path.exists(output_path):
-        if os.path.samefile(input_path, output_path):
-            raise ConversionError(f"output {output_path} is the input; write the conversion to another file")
-        if os.path.isdir(output_path):
-            raise ConversionError(f"output {output_path} is a folder; give a .ckpt file name")
-        if not overwrite:
-            raise ConversionError(f"output exists, not overwriting: {output_path} (pass --overwrite to replace it)")
-    folder = os.path.dirname(os.path.abspath(output_path))
-    if not os.path.isdir(folder):
-        raise ConversionError(f"output folder {folder} does not exist"
-                              if not os.path.exists(folder) else f"output folder {folder} is not a folder")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise ConversionError(f"output folder {folder} is not writable")
+    problem = output_problem(output_path, [input_path], overwrite=overwrite)  # the entry points' one check
+    if problem:
+        raise ConversionError(f"output {output_path}: {problem}")
 
 
 def convert(input_path, output_path, arch=None):

@@ -100,17 +100,20 @@ def test_an_unwritable_output_is_refused_before_reading(tmp_path, where):
     src = tmp_path / "w.safetensors"
     src.write_bytes(safetensors_bytes({}))
     if where == "missing_folder":
-        out, expected = tmp_path / "nope" / "out.ckpt", f"output folder {tmp_path / 'nope'} does not exist"
+        out = tmp_path / "nope" / "out.ckpt"
+        expected = f"output {out}: folder {tmp_path / 'nope'} does not exist"
     elif where == "folder_is_a_file":
         (tmp_path / "plain").write_text("x")
-        out, expected = tmp_path / "plain" / "out.ckpt", f"output folder {tmp_path / 'plain'} is not a folder"
+        out = tmp_path / "plain" / "out.ckpt"
+        expected = f"output {out}: folder {tmp_path / 'plain'} is not a folder"
     else:
         if os.geteuid() == 0:
             pytest.skip("root reads every file and writes into read-only folders")
         folder = tmp_path / "ro"
         folder.mkdir()
         folder.chmod(0o500)
-        out, expected = folder / "out.ckpt", f"output folder {folder} is not writable"
+        out = folder / "out.ckpt"
+        expected = f"output {out}: cannot write in folder {folder} (Permission denied)"
     line = user_error(convert(src, out))
     assert line == f"error: {expected}", line
     print(line)
@@ -128,7 +131,7 @@ def test_an_existing_output_needs_overwrite_and_the_input_is_never_the_output(tm
     out = tmp_path / "out.ckpt"
     out.write_bytes(b"the user's file")
     line = user_error(convert(src, out))
-    assert line == f"error: output exists, not overwriting: {out} (pass --overwrite to replace it)", line
+    assert line == f"error: output {out}: already exists; pass --overwrite to replace it", line
     assert out.read_bytes() == b"the user's file"
     result = convert(src, out, "--overwrite")
     assert result.returncode == 0, result.stderr
@@ -137,6 +140,6 @@ def test_an_existing_output_needs_overwrite_and_the_input_is_never_the_output(tm
     os.link(src, link)
     before = src.read_bytes()
     line = user_error(convert(src, link, "--overwrite"))
-    assert line == f"error: output {link} is the input; write the conversion to another file", line
+    assert line == f"error: output {link}: is the input {src}; name another file", line
     assert src.read_bytes() == before
     del torch
