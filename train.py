@@ -6,6 +6,9 @@ Every setting comes from the YAML and can be overridden as --key value (see src/
 The run directory (output_dir) receives config.yaml, train.log, checkpoints (the last
 keep_checkpoint_max epochs and <arch>_best.ckpt), metrics.csv and curves.png. In a
 distributed run rank 0 alone decides on it and writes these; rank r logs to train_rank<r>.log.
+Every input (data, --resume and --pretrained checkpoints) is checked before the run directory is
+prepared, so a refused command writes nothing; train.py writes only in a directory it created or
+the run directory it resumes, never inside data_path (src/tools/run_dir.py).
 With enable_modelarts, data_url is copied to data_path first and the run directory goes to
 train_url at the end (src/tools/modelarts.py).
 
