@@ -513,7 +513,7 @@ def prepare_output_dir(output_dir, overwrite=False, resume=None, is_main=True, s
     not exist yet, and each rank writes its own log there. `resume` is the --resume value and
     `data_path` the dataset root (run_dir.check_output_dir's rules).
     """
-    from src.tools.run_dir import choose_output_suffix
+    from src.tools.run_dir import choose_output_suffix, mark_project_dir
 
     output_dir = os.path.normpath(output_dir)
     if not is_main and share is None:
@@ -533,6 +533,7 @@ def prepare_output_dir(output_dir, overwrite=False, resume=None, is_main=True, s
     if suffix < 0:
         raise UserError(f"rank 0 could not prepare output_dir {output_dir} (its log says why)")
     chosen = f"{output_dir}-{suffix}" if suffix else output_dir
-    if not is_main:
+    if not is_main:  # marked too: a later --resume auto of this rank's node uses it (run_dir.check_output_dir)
         os.makedirs(chosen, exist_ok=True)
+        mark_project_dir(chosen)
     return chosen
