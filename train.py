@@ -6,6 +6,9 @@ Every setting comes from the YAML and can be overridden as --key value (see src/
 The run directory (output_dir) receives config.yaml, train.log, checkpoints (the last
 keep_checkpoint_max epochs and <arch>_best.ckpt), metrics.csv and curves.png. In a
 distributed run rank 0 alone decides on it and writes these; rank r logs to train_rank<r>.log.
+Every input (data, --resume and --pretrained checkpoints) is checked before the run directory is
+prepared, so a refused command writes nothing; train.py writes only in a directory it created or
+the run directory it resumes, never inside data_path (src/tools/run_dir.py).
 With enable_modelarts, data_url is copied to data_path first and the run directory goes to
 train_url at the end (src/tools/modelarts.py).
 
@@ -48,25 +51,33 @@ def main(argv=None):
 
     cfg = fit_to_machine(cfg)  # a device this machine lacks stops here, in one line
     check_before_init(cfg, check_inputs)  # before the heavy imports: a wrong path costs no graph build
-    check_output_dir(cfg.output_dir, cfg.overwrite_output, cfg.resume is not None)
+    check_output_dir(cfg.output_dir, cfg.overwrite_output, cfg.resume, cfg.data_path)
     if os.environ.get("MS_ROLE"):  # msrun's processes (msrun waits for them; other launchers may not)
         end_with_parent()  # a killed launcher takes its workers with it
-    from src.tools.checkpointing import describe_kept, prepare_output_dir, write_errors_reported
+    from src.tools.checkpointing import describe_kept, write_errors_reported
 
     ctx = init_context(cfg.device_target, cfg.device_id, cfg.mode, cfg.seed, cfg.deterministic, cfg.distribute,
                        cfg.cluster_timeout)
-    output_dir = prepare_output_dir(cfg.output_dir, overwrite=cfg.overwrite_output, resume=cfg.resume is not None,
-                                    is_main=ctx.is_main, share=ctx.from_main)
     deadline = 2 * cfg.cluster_timeout + 60 if ctx.distributed else None
-    with data_and_results(cfg, ctx, output_dir, check_inputs), StopRequest(deadline) as stop_request, \
-            write_errors_reported(lambda: describe_kept(output_dir)):
-        return train(cfg, ctx, output_dir, stop_request, max_steps=args.max_steps)
+    run_dir = {}  # "path": the run directory, once train() has checked every input and prepared it
+
+    def kept():
+        return describe_kept(run_dir["path"]) if run_dir else "nothing was written"
+
+    with data_and_results(cfg, ctx, lambda: run_dir.get("path"), check_inputs), \
+            StopRequest(deadline) as stop_request, write_errors_reported(kept):
+        return train(cfg, ctx, stop_request, max_steps=args.max_steps, run_dir=run_dir)
 
 
 def check_inputs(cfg):
     """The dataset layout and the checkpoint files named on the command line (one-line errors)."""
     from src.data.folder import check_dataset_layout
 
+    if cfg.eval_while_train and os.path.realpath(os.path.join(cfg.data_path, cfg.train_split)) == \
+            os.path.realpath(os.path.join(cfg.data_path, cfg.val_split)):
+        raise UserError(f"val_split {cfg.val_split} is the training split (train_split {cfg.train_split}): the "
+                        "best checkpoint would be chosen on training images; set val_split to a held-out split "
+                        "or eval_while_train false")
     check_dataset_layout(cfg.data_path, cfg.train_split, cfg.val_split if cfg.eval_while_train else None,
                          num_classes=cfg.num_classes)
     for key in ("pretrained", "resume"):
@@ -75,30 +86,42 @@ def check_inputs(cfg):
             raise UserError(f"checkpoint not found: {path} (given as {key})")
 
 
-def train(cfg, ctx, output_dir, stop_request=None, max_steps=None):
-    """Train in output_dir (decided by rank 0, every rank writes its log there); returns the exit status."""
+def train(cfg, ctx, stop_request=None, max_steps=None, run_dir=None):
+    """Train; returns the exit status. Every input (the checkpoint to resume, the pretrained weights) is read
+    and checked before the run directory is prepared (decided by rank 0, every rank writes its log there;
+    its path goes into `run_dir["path"]`), so a refused run writes nothing."""
     from src import builders
     from src.data.data_settings import checkpoint_entry, settings_from_config
     from src.data.folder import split_classes
-    from src.tools.checkpointing import CheckpointManager
+    from src.tools.checkpointing import CheckpointManager, prepare_output_dir
     from src.tools.criterion import create_loss
     from src.tools.framework_warnings import divert_framework_warnings
     from src.tools.logger import RunLogger
     from src.tools.preemption import exit_status
 
-    log = RunLogger(os.path.join(output_dir, "train.log" if ctx.is_main else f"train_rank{ctx.rank}.log"),
-                    rank=ctx.rank)
+    early = []  # log lines of the checks, written to train.log once it exists
     shape = dict(batch_size=cfg.batch_size, device_num=ctx.group_size, accumulation_step=cfg.accumulation_step,
                  epochs=cfg.epochs)
     record = settings_from_config(cfg, split_classes(cfg.data_path, cfg.train_split))
-    manager = CheckpointManager(output_dir, cfg.arch, cfg.keep_checkpoint_max, is_main=ctx.is_main, run_meta=shape,
-                                extra_meta=checkpoint_entry(record))
-    resume = manager.resume(cfg.resume, share=ctx.from_main, log_fn=log)  # reads the checkpoint once (rank 0)
+    manager = CheckpointManager(cfg.output_dir, cfg.arch, cfg.keep_checkpoint_max, is_main=ctx.is_main,
+                                run_meta=shape, extra_meta=checkpoint_entry(record))
+    resume = manager.resume(cfg.resume, share=ctx.from_main, log_fn=early.append)  # reads it once (rank 0)
     if resume.status == "finished":
         if ctx.is_main:
             print(f"nothing to do: the run is finished, {resume.path} holds epoch {cfg.epochs} of {cfg.epochs} "
                   "(raise --epochs to train further)", flush=True)
         return 0
+    network = builders.build_network(cfg, checkpoint_path=cfg.pretrained, log_fn=early.append, require_finite=True)
+
+    output_dir = prepare_output_dir(cfg.output_dir, overwrite=cfg.overwrite_output, resume=cfg.resume,
+                                    is_main=ctx.is_main, share=ctx.from_main, data_path=cfg.data_path)
+    if run_dir is not None:
+        run_dir["path"] = output_dir
+    manager.use_directory(output_dir)  # a resumed run's is cfg.output_dir itself
+    log = RunLogger(os.path.join(output_dir, "train.log" if ctx.is_main else f"train_rank{ctx.rank}.log"),
+                    rank=ctx.rank)
+    for line in early:
+        log(line)
     divert_framework_warnings(log.to_file)  # MindSpore's own warnings: in the log, not on the console
     start_epoch, skip_steps = resume.epoch, resume.epoch_step
     if ctx.is_main:
@@ -123,7 +146,6 @@ def train(cfg, ctx, output_dir, stop_request=None, max_steps=None):
             f"{max_steps} (raise --max_steps or leave it out to train further)")
         return 0
 
-    network = builders.build_network(cfg, checkpoint_path=cfg.pretrained, log_fn=log)
     loss_fn = create_loss(label_smoothing=cfg.label_smoothing, soft_targets=mixup is not None)
     optimizer = builders.build_optimizer(cfg, network, lr_schedule)
     train_cell, run = builders.build_trainer(cfg, network, loss_fn, optimizer)

@@ -7,13 +7,15 @@ them, so train.py and eval.py cannot disagree on, say, the evaluation transform.
 import os
 
 
-def build_network(cfg, checkpoint_path=None, checkpoint_prefix="", finetune=None, log_fn=None, fast_forms=True):
+def build_network(cfg, checkpoint_path=None, checkpoint_prefix="", finetune=None, log_fn=None, fast_forms=True,
+                  require_finite=False):
     """create_model with the config's architecture, classes and regularization.
 
     fast_forms: the backend's fast forms for training and evaluation (on CPU, where training
     is float32: src/models/layers/config.py); export builds with False, the plain forms.
     With log_fn, what was loaded from the checkpoint and what was re-initialized (and why)
-    is logged (train.py: the pretrained weights of a fine-tune).
+    is logged (train.py: the pretrained weights of a fine-tune). require_finite: a checkpoint
+    tensor holding NaN or inf is refused in one line naming it (train.py's --pretrained).
     """
     from src.models import create_model
 
@@ -24,10 +26,32 @@ def build_network(cfg, checkpoint_path=None, checkpoint_prefix="", finetune=None
                            checkpoint_path=checkpoint_path, checkpoint_prefix=checkpoint_prefix,
                            finetune=finetune, load_report=report, fast_forms=fast_forms,
                            ws_form=cfg.ws_form, gelu_form=cfg.gelu_form)
+    if checkpoint_path and require_finite:
+        check_finite_weights(network, report["loaded"], checkpoint_path)
     if checkpoint_path and log_fn is not None:
         for line in describe_weights_loaded(report, checkpoint_path, checkpoint_prefix, cfg.num_classes):
             log_fn(line)
     return network
+
+
+def check_finite_weights(network, names, checkpoint_path):
+    """One-line CheckpointError naming the parameters among `names` that hold NaN or inf values (weights
+    loaded from `checkpoint_path`: training from them would diverge at the first step)."""
+    import numpy as np
+
+    from src.models.checkpoint import CheckpointError
+
+    bad = []
+    for name, param in network.parameters_and_names():
+        if name in names:
+            values = param.asnumpy()
+            nan, inf = int(np.isnan(values).sum()), int(np.isinf(values).sum())
+            if nan or inf:
+                bad.append(f"{name} ({', '.join(f'{n} {w}' for n, w in ((nan, 'NaN'), (inf, 'inf')) if n)})")
+    if bad:
+        shown = ", ".join(bad[:4]) + (f", ... ({len(bad)} in all)" if len(bad) > 4 else "")
+        raise CheckpointError(f"{checkpoint_path}: {len(bad)} tensor(s) hold non-finite values: {shown}; "
+                              "not usable as pretrained weights")
 
 
 def build_eval_network(cfg, checkpoint_path, fast_forms=True):

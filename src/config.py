@@ -346,7 +346,7 @@ def _read_yaml(path):
         raise ConfigError(f"config file not found: {path}")
     try:
         with open(path, encoding="utf-8") as f:
-            data = yaml.safe_load(f)
+            data = _load_unique_keys(f, path)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f" at line {mark.line + 1}" if mark is not None else ""
@@ -358,6 +358,41 @@ def _read_yaml(path):
         got = "an empty file" if data is None else f"a {type(data).__name__}"
         raise ConfigError(f"{path}: the top level must be a mapping of key: value, got {got}")
     return data
+
+
+def _load_unique_keys(stream, path):
+    """yaml.safe_load of `stream`, refusing a key given twice in one mapping (YAML itself lets the last win,
+    so an edited config would silently train with whichever line came last): ConfigError naming the key and
+    its lines."""
+    loader = yaml.SafeLoader(stream)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _reject_duplicate_keys(node, path)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _reject_duplicate_keys(node, path, seen_nodes=None):
+    seen_nodes = set() if seen_nodes is None else seen_nodes
+    if id(node) in seen_nodes:  # an alias of a node already checked
+        return
+    seen_nodes.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        lines = {}
+        for key, _ in node.value:
+            if isinstance(key, yaml.ScalarNode):
+                lines.setdefault(key.value, []).append(key.start_mark.line + 1)
+        for key, at in lines.items():
+            if len(at) > 1 and key != "<<":
+                raise ConfigError(f"{path}: key {key} is given {len(at)} times (lines "
+                                  f"{', '.join(map(str, at))}); keep one")
+    if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+        for child in node.value:
+            for sub in (child if isinstance(child, tuple) else (child,)):
+                _reject_duplicate_keys(sub, path, seen_nodes)
 
 
 def _resolve(layers):

@@ -150,7 +150,6 @@ class CheckpointManager:
     def __init__(self, output_dir, prefix, keep_max, is_main=True, run_meta=None, extra_meta=None):
         if keep_max < 1:
             raise ValueError(f"keep_max must be >= 1, got {keep_max}")
-        self.output_dir = os.path.abspath(output_dir)
         self.prefix = prefix
         self.keep_max = keep_max
         self.is_main = is_main
@@ -160,8 +159,13 @@ class CheckpointManager:
         self.run_meta = dict(run_meta or {})  # RUN_KEYS -> this run's values, stored in every checkpoint
         self.resume_point = ResumePoint(None)  # set by resume()
         self._resume_state = None  # (path, entries) that resume() read, until restore() applies them
-        if is_main:
-            os.makedirs(self.output_dir, exist_ok=True)
+        self.use_directory(output_dir)
+
+    def use_directory(self, output_dir):
+        """Save to `output_dir` from now on (train.py: the directory prepare_output_dir chose once every input
+        was checked); rank 0 removes a killed writer's temporaries there. Creates nothing."""
+        self.output_dir = os.path.abspath(output_dir)
+        if self.is_main and os.path.isdir(self.output_dir):
             remove_partial_files(self.output_dir)
 
     @property
@@ -174,7 +178,7 @@ class CheckpointManager:
     def epoch_checkpoints(self):
         """Paths of this prefix's epoch checkpoints, oldest first (by epoch, then step)."""
         found = []
-        for name in os.listdir(self.output_dir):
+        for name in os.listdir(self.output_dir) if os.path.isdir(self.output_dir) else ():
             match = _PERIODIC_NAME.match(name)
             if match and match["prefix"] == self.prefix:
                 found.append((int(match["epoch"]), int(match["step"]), os.path.join(self.output_dir, name)))
@@ -496,7 +500,8 @@ def _apply_state(train_cell, stored, path, skip=CONFIG_DERIVED_PARAMS):
 
 # --------------------------------------------------------------------------- the run directory
 
-def prepare_output_dir(output_dir, overwrite=False, resume=False, is_main=True, share=None, log_fn=print):
+def prepare_output_dir(output_dir, overwrite=False, resume=None, is_main=True, share=None, log_fn=print,
+                       data_path=None):
     """The directory this run writes to; an existing non-empty one is never silently reused.
 
     Rank 0 (is_main) decides (src.tools.run_dir.choose_output_suffix: fresh, resumed,
@@ -505,9 +510,10 @@ def prepare_output_dir(output_dir, overwrite=False, resume=False, is_main=True, 
     They get rank 0's decision through `share` (RunContext.from_main: rank 0's integer on every
     rank), as the suffix number (0: output_dir itself, -1: rank 0 failed and raises the error),
     and create that directory themselves: on another node without a shared filesystem it does
-    not exist yet, and each rank writes its own log there.
+    not exist yet, and each rank writes its own log there. `resume` is the --resume value and
+    `data_path` the dataset root (run_dir.check_output_dir's rules).
     """
-    from src.tools.run_dir import choose_output_suffix
+    from src.tools.run_dir import choose_output_suffix, mark_project_dir
 
     output_dir = os.path.normpath(output_dir)
     if not is_main and share is None:
@@ -515,7 +521,7 @@ def prepare_output_dir(output_dir, overwrite=False, resume=False, is_main=True, 
     suffix, error = 0, None
     if is_main:
         try:
-            suffix = choose_output_suffix(output_dir, overwrite, resume, log_fn)
+            suffix = choose_output_suffix(output_dir, overwrite, resume, log_fn, data_path)
         except (UserError, OSError) as exc:
             suffix, error = -1, exc
     if share is not None:
@@ -527,6 +533,7 @@ def prepare_output_dir(output_dir, overwrite=False, resume=False, is_main=True, 
     if suffix < 0:
         raise UserError(f"rank 0 could not prepare output_dir {output_dir} (its log says why)")
     chosen = f"{output_dir}-{suffix}" if suffix else output_dir
-    if not is_main:
+    if not is_main:  # marked too: a later --resume auto of this rank's node uses it (run_dir.check_output_dir)
         os.makedirs(chosen, exist_ok=True)
+        mark_project_dir(chosen)
     return chosen

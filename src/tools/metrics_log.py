@@ -16,12 +16,14 @@ import time
 from mindspore.train import Callback
 
 from src.atomic import atomic_path
+from src.errors import UserError
 from src.tools.callbacks import epoch_record, step_record
 
 __all__ = ["MetricsCSV", "read_metrics", "plot_curves", "COLUMNS", "STEP_COLUMNS"]
 
 COLUMNS = ("epoch", "train_loss", "lr", "top1", "top5", "val_loss", "images", "seconds")
 STEP_COLUMNS = ("step", "epoch", "train_loss", "lr")  # epoch: fractional, step / steps per epoch
+_TAIL = 65536  # bytes read from a CSV's end to find its last complete line (rows are far shorter)
 
 
 def _cell(value):
@@ -66,7 +68,7 @@ class MetricsCSV(Callback):
                 if file is not None and not append and os.path.exists(file):
                     os.remove(file)
                 if file is not None:
-                    _check_header(file, columns)
+                    _check_header(file, columns, log_fn)
 
     def append(self, row):
         """Append one row (a dict with keys from COLUMNS; others are ignored) and fsync it."""
@@ -105,14 +107,37 @@ class MetricsCSV(Callback):
             self.log_fn(f"warning: could not draw {self.png_path}: {exc}")
 
 
-def _check_header(path, columns):
+def _check_header(path, columns, log_fn=print):
+    """A CSV a resumed run appends to must be this log: the header of `columns`, else a one-line UserError.
+
+    A run killed while writing leaves a cut last line: a cut header (no rows yet) starts the file anew, a
+    cut row is dropped; either is said through log_fn. Reads the first line and the tail only.
+    """
     if not os.path.exists(path) or os.path.getsize(path) == 0:
         return
-    with open(path, newline="", encoding="utf-8") as f:
-        header = next(csv.reader(f), [])
-    if tuple(header) != columns:
-        raise ValueError(f"{path} has columns {','.join(header)}, not {','.join(columns)}: "
-                         "move it away or write this run to another output_dir")
+    expected = ",".join(columns)
+    with open(path, "rb") as f:
+        first = f.readline()
+        size = f.seek(0, os.SEEK_END)
+        f.seek(max(0, size - _TAIL))
+        tail = f.read()
+    header = first.rstrip(b"\r\n").decode("utf-8", "replace")
+    if not first.endswith(b"\n") and expected.startswith(header):
+        os.remove(path)
+        log_fn(f"{path}: its header was cut by a killed run, before any row: started anew")
+        return
+    if header != expected:
+        raise UserError(f"{path} has columns {_show(header)}, not {expected}: not this run's metrics log; move it "
+                        "away or write this run to another output_dir")
+    if not tail.endswith(b"\n"):
+        cut = size - max(0, size - _TAIL) - (tail.rfind(b"\n") + 1)
+        os.truncate(path, size - cut)
+        log_fn(f"{path}: its last line was cut by a killed run ({cut} bytes of an unfinished row): dropped that "
+               "row, appending after the complete ones")
+
+
+def _show(text, limit=80):
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _append_rows(path, columns, rows):

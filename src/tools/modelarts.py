@@ -62,7 +62,11 @@ def copy_data_in(mox, data_url, local_dir=LOCAL_DATA, is_copier=True, timeout=36
 
 
 def copy_results_out(mox, results, train_url):
-    """Copy a run directory to ``train_url``, or a file into it; nothing when ``results`` does not exist."""
+    """Copy a run directory to ``train_url``, or a file into it; nothing when ``results`` does not exist
+    (or is None: train.py decides its run directory once the inputs are checked, and passes a callable)."""
+    results = results() if callable(results) else results
+    if results is None:
+        return
     if os.path.isdir(results):
         mox.file.copy_parallel(results, train_url)
     elif os.path.isfile(results):

@@ -188,11 +188,13 @@ def test_eval_every_interval_keeps_best_and_last_checkpoints_and_one_csv_row_per
 def test_metrics_csv_appends_across_a_resume_with_one_header(tmp_path):
     path = str(tmp_path / "metrics.csv")
 
+    said = []
+
     def run(first, last, append):
         train_cell, _, lr = make_run(epochs=4)
         logger = ProgressLogger(100, STEPS_PER_EPOCH, BATCH, lr, 4, log_fn=lambda line: None)
         Model(train_cell).train(last, make_dataset(), initial_epoch=first,
-                                callbacks=[logger, MetricsCSV(path, append=append)])
+                                callbacks=[logger, MetricsCSV(path, append=append, log_fn=said.append)])
 
     run(0, 2, append=False)
     with open(path, "ab") as f:
@@ -200,8 +202,9 @@ def test_metrics_csv_appends_across_a_resume_with_one_header(tmp_path):
     run(2, 4, append=True)
     with open(path, newline="") as f:
         table = list(csv.reader(f))
-    assert table[0] == list(COLUMNS) and [r[0] for r in table[1:]] == ["1", "2", "3", "3", "4"]
-    assert table[3] == ["3", "1.2"]  # the cut row stays as it was, on its own line
+    assert table[0] == list(COLUMNS) and [r[0] for r in table[1:]] == ["1", "2", "3", "4"]  # the cut row dropped
+    assert said == [f"{path}: its last line was cut by a killed run (5 bytes of an unfinished row): dropped that "
+                    "row, appending after the complete ones"]
     assert [r["epoch"] for r in read_metrics(path)] == [1, 2, 3, 4]
 
     run(0, 1, append=False)  # a new run in a reused directory starts the file anew

@@ -323,3 +323,41 @@ def test_prepare_output_dir_never_overwrites_an_existing_run(tmp_path):
         prepare_output_dir(run, is_main=False, share=lambda _: -1)
     with pytest.raises(ValueError, match="pass share"):
         prepare_output_dir(run, is_main=False)
+
+
+def test_a_resumed_run_writes_only_in_its_own_run_directory(tmp_path):
+    """check_output_dir's resume rules (train.py runs them before MindSpore starts): the marked directory of a
+    run, or an unmarked one holding nothing but a run's files with a checkpoint (adopted: marked); never one with
+    another run's checkpoints unless resuming one of them, never inside data_path."""
+    from src.tools.run_dir import check_output_dir
+
+    def refused(path, resume, match, data_path=None):
+        with pytest.raises(UserError, match=match):
+            check_output_dir(str(path), resume=resume, data_path=data_path)
+
+    copied = tmp_path / "copied"  # a run directory copied without its hidden marker
+    copied.mkdir()
+    (copied / "dm_nfnet_f0-3_12.ckpt").write_bytes(b"a run's")
+    (copied / "train.log").write_text("a run's log\n")
+    assert prepare_output_dir(str(copied), resume="auto", log_fn=lambda _: None) == str(copied)
+    assert sorted(os.listdir(copied)) == [".nfnet_run", "dm_nfnet_f0-3_12.ckpt", "train.log"]
+    check_output_dir(str(copied), resume=str(copied / "dm_nfnet_f0-3_12.ckpt"))  # that very run
+    elsewhere = tmp_path / "elsewhere.ckpt"
+    elsewhere.write_bytes(b"another run's")
+    refused(copied, str(elsewhere), r"output_dir .*copied holds another run's checkpoints \(dm_nfnet_f0-3_12.ckpt\)")
+    check_output_dir(str(tmp_path / "new"), resume=str(elsewhere))  # continued into a new directory
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "config.yaml").write_text("the user's")
+    refused(mine, "auto", "no .nfnet_run marker.* holds no checkpoint to resume")
+    (mine / "dm_nfnet_f0-1_4.ckpt").write_bytes(b"x")
+    (mine / "notes.txt").write_text("the user's")
+    refused(mine, "auto", r"holds files train.py does not write \(notes.txt\)")
+    assert sorted(os.listdir(mine)) == ["config.yaml", "dm_nfnet_f0-1_4.ckpt", "notes.txt"]
+
+    data = tmp_path / "data"
+    (data / "val" / "3").mkdir(parents=True)
+    refused(data / "val" / "3", None, "is inside data_path", data_path=str(data))
+    refused(data, None, "is inside data_path", data_path=str(data))
+    check_output_dir(str(tmp_path / "data-runs"), data_path=str(data))  # a sibling whose name starts alike

@@ -168,17 +168,23 @@ def test_train_and_eval_copy_the_data_in_and_their_results_out(obs, tmp_path):
     assert metrics["count"] == 10 and metrics["data"] == str(local_eval / "val")
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(600)
 def test_a_run_that_fails_after_the_copy_still_sends_its_run_directory(obs, tmp_path):
+    """A setting refused on the local copy (num_classes 5 of 10 folders) stops before the run directory is
+    prepared: nothing written, nothing sent. One refused later (2 batches per epoch, accumulation_step 4) has
+    its run directory (marker, config.yaml, train.log) sent."""
     env, root = obs
     local = tmp_path / "cache" / "data"
-    result = run("train.py", *MODELARTS, "--train_url", "obs://bucket/out", "--data_path", local,
-                 "--output_dir", tmp_path / "run", "--num_classes", "5", *TINY, env=env)
-    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
-    line = result.stderr.strip().splitlines()[-1]
-    assert line.startswith("error: ") and str(local) in line  # checked after the copy, on the local copy
-    # what the run directory holds at that point (measured: nothing yet; the error comes before the log)
-    assert_same_tree(root / "bucket" / "out", tmp_path / "run", allow_empty=True)
+    args = [*MODELARTS, "--train_url", "obs://bucket/out", "--data_path", local, "--output_dir", tmp_path / "run",
+            *TINY]
+    for extra, written in ((["--num_classes", "5"], False), (["--accumulation_step", "4"], True)):
+        result = run("train.py", *args, *extra, env=env)
+        assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+        line = result.stderr.strip().splitlines()[-1]
+        assert line.startswith("error: ") and str(local) in line  # checked after the copy, on the local copy
+        assert (tmp_path / "run").exists() == written and (root / "bucket" / "out").exists() == written
+    assert "train.log" in os.listdir(tmp_path / "run")
+    assert_same_tree(root / "bucket" / "out", tmp_path / "run")
 
 
 @pytest.mark.skipif(importlib.util.find_spec("moxing") is not None, reason="moxing is installed here")
