@@ -93,8 +93,9 @@ run_logged() {  # run_logged <log> <command...>: run with its output on the cons
   echo "log: $log"
   "$@" 2>&1 | tee "$log" || status=${PIPESTATUS[0]}
   if [ "$status" -ne 0 ]; then
-    if [ "${RUN_DIR_CREATED:-0}" = 1 ] && [ "$(find "$RUN_DIR" -mindepth 1 | wc -l)" -le 2 ]; then
-      # refused before it wrote anything (its one line is above): no empty run directory is left behind
+    if [ -n "${RUNS_PARENT:-}" ] && [ "${RUN_DIR_CREATED:-0}" = 1 ] && [ "$(find "$RUN_DIR" -mindepth 1 | wc -l)" -le 2 ]; then
+      # a default run directory refused before anything was written (its one line is above): not left behind
+      # (a RUN_DIR the user named keeps its log)
       rm -rf "$RUN_DIR"
       if [ -n "${RUNS_PARENT:-}" ]; then rmdir "$RUNS_PARENT" 2> /dev/null || true; fi  # ./runs, if now empty
       echo "error: exit status $status (nothing was written; $RUN_DIR removed)" >&2

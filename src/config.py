@@ -457,7 +457,7 @@ def _reject_unknown_keys(layer):
 # timm's train.py flags whose name here is another (a timm user's first guess), for the suggestions
 TIMM_NAMES = {"model": "arch", "data_dir": "data_path", "img_size": "input_size", "workers": "num_parallel_workers",
               "opt": "optimizer", "sched": "lr_scheduler", "mixup": "mix_up", "smoothing": "label_smoothing",
-              "model_ema": "ema", "model_ema_decay": "ema_decay", "clip_grad": "clipping", "lr": "base_lr"}
+              "model_ema": "ema", "model_ema_decay": "ema_decay", "clip_grad": "clipping"}
 # The model zoo's flags that no setting needs here: flag -> why it is ignored (accepted with a note)
 SEED_FLAGS = {"inference": "the network is always run in inference mode by eval.py and export.py"}
 

@@ -16,7 +16,8 @@ def test_a_missing_tool_stops_a_ci_run_with_one_line_naming_what_to_install():
     assert result.returncode == 2
     lines = [line for line in result.stdout.splitlines() + result.stderr.splitlines() if "error:" in line]
     assert lines == ["Exit: error: CI is set but the tests need what is missing here: g++ (apt-get install g++); "
-                     "shellcheck (apt-get install shellcheck); taskset (apt-get install util-linux)"]
+                     "shellcheck (apt-get install shellcheck); taskset (apt-get install util-linux); "
+                     "aarch64-linux-gnu-g++ (make arm-tools); qemu-aarch64 (make arm-tools)"]
 
 
 def test_a_skip_fails_a_ci_run(tmp_path):
