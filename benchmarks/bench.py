@@ -342,16 +342,23 @@ def _numpy_input(opt):
 
 def _onnx_worker(opt, export):
     """The model ``export(opt, directory)`` writes, in ONNX Runtime (img_s, b1_ms) and in OpenVINO (openvino_*:
-    peers.openvino_timings), both on the CPU with the bench's threads: one export for both runtimes."""
-    from benchmarks.peers import openvino_timings
+    one static-shape compile per batch size, peers.load_openvino), both on the CPU with the bench's threads, timed
+    alike by _eval_timings: one export for both runtimes, and OpenVINO's logits checked against ONNX Runtime's."""
+    import numpy as np
+
+    from benchmarks.peers import load_openvino
     from src.deploy.infer_cpu import load_onnx
 
+    make_input = _numpy_input(opt)
     with tempfile.TemporaryDirectory(prefix="bench_onnx_") as tmp:
         path, export_s = export(opt, tmp)
         run, _ = load_onnx(path, threads=opt.threads)
-        result = _eval_timings(lambda x, _: run(x), opt.eval_batch, opt, _numpy_input(opt))
-        openvino = openvino_timings(path, opt, _numpy_input(opt), run)
-    return {**result, **{f"openvino_{key}": value for key, value in openvino.items()}, "export_s": export_s,
+        result = _eval_timings(lambda x, _: run(x), opt.eval_batch, opt, make_input)
+        openvino = {batch: load_openvino(path, batch, opt.eval_size, opt.threads) for batch in (opt.eval_batch, 1)}
+        timings = _eval_timings(lambda x, batch: openvino[batch](x), opt.eval_batch, opt, make_input)
+        x = make_input(opt.eval_batch)
+        timings["max_abs_diff_vs_onnxruntime"] = float(np.abs(openvino[opt.eval_batch](x) - run(x)).max())
+    return {**result, **{f"openvino_{key}": value for key, value in timings.items()}, "export_s": export_s,
             "peak_rss_mb": peak_rss_mb()}
 
 

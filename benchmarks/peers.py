@@ -7,12 +7,8 @@ time is the first step's). Deployment: timm's model exported to ONNX (``torch.on
 opset 17, free batch axis) and run in ONNX Runtime and in OpenVINO, and our own ONNX export in
 OpenVINO. OpenVINO compiles one static-shape model per batch size with f32 precision
 (``INFERENCE_PRECISION_HINT``: on CPUs with bf16 it would otherwise lower the precision) and the
-bench's thread count; its logits are compared with ONNX Runtime's on the same file.
+bench's thread count; bench.py times it as it times ONNX Runtime, and compares their logits.
 """
-import os
-import statistics
-import time
-
 TORCH_FORMS = ("eager", "channels_last", "compile")
 
 
@@ -53,28 +49,3 @@ def load_openvino(path, batch, size, threads):
                                                  "PERFORMANCE_HINT": "LATENCY"})
     request = compiled.create_infer_request()
     return lambda x: request.infer([x])[0].copy()
-
-
-def openvino_timings(path, opt, make_input, onnxruntime_run=None):
-    """{img_s, b1_ms, per-step seconds, max |OpenVINO - ONNX Runtime|} of the ONNX file at ``path``."""
-    import numpy as np
-
-    out = {}
-    for batch in (opt.eval_batch, 1):
-        run = load_openvino(path, batch, opt.eval_size, opt.threads)
-        x = make_input(batch)
-        times = []
-        for _ in range(opt.warmup + opt.steps):
-            start = time.perf_counter()
-            run(x)
-            times.append(time.perf_counter() - start)
-        out[f"b{batch}_steps_s"] = times
-        median = statistics.median(times[opt.warmup:])
-        out.update({"b1_ms": median * 1000} if batch == 1 else {"img_s": batch / median})
-        if onnxruntime_run is not None and batch != 1:
-            out["max_abs_diff_vs_onnxruntime"] = float(np.abs(run(x) - onnxruntime_run(x)).max())
-    return out
-
-
-def onnx_file_mb(path):
-    return round(os.path.getsize(path) / 2 ** 20, 1)
