@@ -39,8 +39,11 @@ shellcheck:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq shellcheck >/dev/null; \
 	  else sudo apt-get update -qq && sudo apt-get install -y -qq shellcheck >/dev/null; fi; }
 
+# pytest-xdist: the test files spread over TEST_WORKERS processes (a file's tests stay in one, so its module
+# fixtures are made once); most tests run one thread of MindSpore, so 2 workers use both cores of CI's machine
+TEST_WORKERS ?= 2
 test: $(DEV_STAMP) shellcheck arm-tools
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # the multi-process fault tests (pytest marker `slow`, left out of `make test`); CI runs both
 test-slow: $(DEV_STAMP) shellcheck

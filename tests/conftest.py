@@ -25,7 +25,7 @@ CI_NEEDS = {  # name -> (found?, how to install it)
     **{tool: (lambda t=tool: shutil.which(t), "make arm-tools") for tool in ("aarch64-linux-gnu-g++", "qemu-aarch64")},
     "libdnnl.so.2": (lambda: glob.glob("/usr/lib/*-linux-gnu/libdnnl.so.2"), "make arm-tools"),
     **{module: (lambda m=module: importlib.util.find_spec(m), _DEV)
-       for module in ("torch", "torchvision", "timm", "sklearn", "safetensors", "onnxruntime", "pytest_timeout")},
+       for module in ("torch", "torchvision", "timm", "sklearn", "safetensors", "onnxruntime", "pytest_timeout", "xdist")},
 }
 
 

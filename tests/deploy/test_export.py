@@ -197,15 +197,15 @@ def test_air_off_ascend_fails_in_one_line(tmp_path, nano_ckpt):
 
 @pytest.mark.timeout(900)
 def test_f0_at_256_mindir_and_onnx_give_the_eval_network_logits(tmp_path):
-    """The issue's F0 check, 256x256, batch 1 (~2 min on 2 busy cores): folded MINDIR and ONNX."""
+    """The issue's F0 check, 256x256, batch 1: the folded MINDIR and ONNX as export.py writes them by default
+    (native convolutions). The CPU-only im2col form is checked on the nano above (the same folding code)."""
     cfg = load_config(F0_CONFIG, {"device_target": "CPU"})
     from src.models import create_model
 
     network = make_network("dm_nfnet_f0", random_weights(create_model("dm_nfnet_f0"), seed=3), cfg.num_classes)
     x = images(1, cfg.test_input_size)
     expected = network(ms.Tensor(x)).asnumpy()
-    for fmt, conv_impl, run in (("MINDIR", "im2col_cpu", run_mindir), ("MINDIR", "native", run_mindir),
-                                ("ONNX", "native", run_onnx)):
+    for fmt, conv_impl, run in (("MINDIR", "native", run_mindir), ("ONNX", "native", run_onnx)):
         path = export_network(create_deploy_network(network, fmt, conv_impl), fmt, str(tmp_path / f"f0_{conv_impl}"),
                               1, cfg.test_input_size)
         error = relative_max_error(run(path, x), expected)

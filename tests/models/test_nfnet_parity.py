@@ -50,7 +50,9 @@ def test_dm_nfnet_nano_logits_match_timm_nfcfg(nano_reference, mode, kernels, re
     """With the fused CPU kernels (the CPU default) and with the MindSpore-operator forms."""
     request.getfixturevalue(kernels)
     model, ckpt = nano_reference
-    diffs = _compare(model, ckpt, "dm_nfnet_nano", sizes=(64, 65, 96, 131), mode=mode, batch=3, num_classes=10)
+    # graph mode compiles once per input shape: two sizes there (one odd: asymmetric SAME padding), four eagerly
+    sizes = (65, 96) if mode == ms.GRAPH_MODE else (64, 65, 96, 131)
+    diffs = _compare(model, ckpt, "dm_nfnet_nano", sizes=sizes, mode=mode, batch=3, num_classes=10)
     print("dm_nfnet_nano", kernels, "relative max |delta logit|:", diffs)
     assert max(diffs.values()) <= TOLERANCE, diffs
 
