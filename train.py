@@ -155,7 +155,8 @@ def train(cfg, ctx, stop_request=None, max_steps=None, run_dir=None):
     eval_fn = builders.build_eval_fn(cfg, ctx, train_cell, network, val_ds) if val_ds is not None else None
     callbacks = builders.build_callbacks(cfg, ctx, log, output_dir, manager, train_cell, eval_fn, micro_steps,
                                          lr_schedule, resumed=resume.status is not None, stop_request=stop_request,
-                                         skip_steps=skip_steps, max_steps=max_steps)
+                                         skip_steps=skip_steps, max_steps=max_steps,
+                                         epoch_so_far=resume.so_far)
     from src.data.dataset import reported_data_errors
     from src.tools.callbacks import NonFiniteLossGuard, StopOnSignal
 

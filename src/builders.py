@@ -247,10 +247,10 @@ def build_eval_fn(cfg, ctx, train_cell, network, val_dataset):
 
 
 def build_callbacks(cfg, ctx, log, output_dir, manager, train_cell, eval_fn, micro_steps, lr_schedule, resumed,
-                    stop_request=None, skip_steps=0, max_steps=None):
+                    stop_request=None, skip_steps=0, max_steps=None, epoch_so_far=None):
     """Resume position, progress, non-finite guard, stop on a signal (stop_request: a StopRequest), stop at
     max_steps (train.py --max_steps), evaluation + best checkpoint, unreadable-file report, periodic
-    checkpoints, metrics CSV + curves."""
+    checkpoints, metrics CSV + curves. epoch_so_far: the mid-epoch checkpoint's sums of the skip_steps."""
     from src.tools.callbacks import (BadFileReport, CheckpointCallback, EvalCallback, NonFiniteLossGuard,
                                      ProgressLogger, ResumePosition, StepLimit, StopOnSignal)
     from src.tools.metrics_log import MetricsCSV
@@ -258,7 +258,8 @@ def build_callbacks(cfg, ctx, log, output_dir, manager, train_cell, eval_fn, mic
     callbacks = [
         ResumePosition(micro_steps, skip_steps),
         ProgressLogger(cfg.log_interval, micro_steps, cfg.batch_size * ctx.group_size, lr_schedule, cfg.epochs,
-                       log_fn=log, is_main=ctx.is_main, accumulation_step=cfg.accumulation_step, max_steps=max_steps),
+                       log_fn=log, is_main=ctx.is_main, accumulation_step=cfg.accumulation_step, max_steps=max_steps,
+                       epoch_so_far=epoch_so_far),
         NonFiniteLossGuard(cfg.max_nonfinite_steps, checkpoint_manager=manager, log_fn=log, is_main=ctx.is_main),
     ]
     agree = ctx.max_over_ranks if ctx.distributed else None
