@@ -182,18 +182,24 @@ def build_optimizer(cfg, network, lr_schedule):
                             betas=tuple(cfg.adamw_betas))
 
 
-def build_trainer(cfg, network, loss_fn, optimizer):
+def build_trainer(cfg, network, loss_fn, optimizer, log_fn=print):
     """(train cell holding all training state, run(dataset, callbacks, initial_epoch, rest_of_epoch=None)).
 
     rest_of_epoch: a dataset of the remaining batches of epoch initial_epoch + 1, which a stopped run
     had begun; it runs first, as a pass of its own (callbacks[0] must then be a ResumePosition), and
     `dataset` continues with the next epoch. In a distributed run, run() ends the process with one
-    error line when a rank is lost (see src.tools.context.lost_rank_ends_process).
+    error line when a rank is lost (see src.tools.context.lost_rank_ends_process). log_fn: where the CPU's
+    AMP fallback is said (the run's log).
     """
     from src.trainers import EMA, FunctionalTrainer, create_train_step
+    from src.trainers.amp import cpu_amp_notice
 
     ema = EMA(network.get_parameters(), decay=cfg.ema_decay, warmup=cfg.ema_warmup) if cfg.ema else None
-    options = dict(amp_level=cfg.amp_level, amp_dtype=cfg.amp_dtype, loss_scale=cfg.loss_scale, dynamic_loss_scale=cfg.is_dynamic_loss_scale,
+    amp_level = cfg.amp_level
+    if cfg.device_target == "CPU" and amp_level != "O0":
+        log_fn(cpu_amp_notice(amp_level))
+        amp_level = "O0"
+    options = dict(amp_level=amp_level, amp_dtype=cfg.amp_dtype, loss_scale=cfg.loss_scale, dynamic_loss_scale=cfg.is_dynamic_loss_scale,
                    loss_scale_factor=cfg.loss_scale_factor, loss_scale_window=cfg.loss_scale_window,
                    accumulation_step=cfg.accumulation_step, ema=ema, device_target=cfg.device_target)
     if cfg.trainer == "functional":

@@ -238,3 +238,29 @@ def test_a_failing_launch_that_wrote_nothing_leaves_no_run_folder(tmp_path):
     assert result.returncode == 2
     assert "error: " in result.stdout + result.stderr and "removed" in result.stderr
     assert os.listdir(tmp_path) == []  # runs/train_cpu-* is gone
+
+
+# MindSpore 2.10's report when a SIGTERM to the process group (a scheduler's stop, Ctrl-C) ends a dataset
+# worker, captured from train.py with two workers on CPU; and the same report for a worker the OOM killer ended
+MD_STOPPED = ("[ERROR] MD(20232,7f5e0da1cb80,python):2026-12-02-01:29:47.413.511 [mindspore/ccsrc/minddata/dataset/"
+              "util/sig_handler.cc:556] SIGCHLDHandler] Dataset worker process 20284 was killed by signal: "
+              "Terminated. Main process will be terminated.",
+              "[WARNING] MD(20232,7f5e0da1cb80,python):2026-12-02-01:29:47.413.649 [mindspore/ccsrc/minddata/"
+              "dataset/util/sig_handler.cc:559] SIGCHLDHandler] Main process may not respond to the SIGTERM signal, "
+              "please check if it is blocked.")
+MD_KILLED = MD_STOPPED[0].replace("Terminated.", "Killed.")
+
+
+def test_run_logged_keeps_the_dataset_workers_stop_reports_off_the_console_and_in_the_log(tmp_path):
+    """Issue 27: after our own SIGTERM, MindSpore's `Dataset worker process ... killed by signal: Terminated`
+    lines are not shown on the launcher's console; a worker killed otherwise (Killed) and every other line are,
+    and the log keeps all of them. The command is a real process printing MindSpore's lines as captured."""
+    lines = ["epoch 1/2 step 13/44 loss 2.3016", *MD_STOPPED, MD_KILLED, "error: a real one"]
+    printer = tmp_path / "lines.txt"
+    printer.write_text("\n".join(lines) + "\n")
+    log = tmp_path / "train.log"
+    result = subprocess.run(["bash", "-c", f'source "{SCRIPTS}/launch_common.sh"; run_logged "$1" cat "$2"',
+                             "bash", str(log), str(printer)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [f"log: {log}", lines[0], MD_KILLED, "error: a real one", f"done: {log}"]
+    assert log.read_text().splitlines() == lines
