@@ -3,6 +3,7 @@ shellcheck, and what the rank-table and mpirun launchers start (with stand-ins f
 devices' processes). Real runs through the CPU and msrun scripts: tests/distributed/."""
 import os
 import shutil
+import socket
 import stat
 import subprocess
 import sys
@@ -264,3 +265,18 @@ def test_run_logged_keeps_the_dataset_workers_stop_reports_off_the_console_and_i
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [f"log: {log}", lines[0], MD_KILLED, "error: a real one", f"done: {log}"]
     assert log.read_text().splitlines() == lines
+
+
+@pytest.mark.timeout(300)
+def test_the_msrun_run_directory_names_the_device(tmp_path):
+    """Issue 27: the default run directory says the device the workers run on: the config's (dm_nfnet_f0.yaml:
+    Ascend) when no --device_target is given. The workers stop at once on this machine (no Ascend: train.py's
+    one line); the launcher names the worker and its line."""
+    f0 = os.path.join(ROOT, "src", "configs", "dm_nfnet_f0.yaml")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    result = bash("run_distribute_train_msrun.sh", "2", f0, "--data_path", str(tmp_path), cwd=tmp_path,
+                  env={"JOB_ID": "t", "MASTER_PORT": port, "CLUSTER_TIMEOUT": "60"}, timeout=240)
+    assert f"run directory: {tmp_path}/runs/train_msrun_ascend_2p-t" in result.stdout, result.stdout + result.stderr
+    assert result.returncode == 2 and "device_target Ascend is not available" in result.stderr, result.stderr
