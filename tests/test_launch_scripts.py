@@ -157,7 +157,7 @@ def test_mpirun_launcher_passes_the_processes_and_the_hostfile(tmp_path):
 
 def test_shellcheck_passes_on_the_launch_scripts():
     if shutil.which("shellcheck") is None:
-        pytest.skip("shellcheck is not installed (Debian package 'shellcheck'; `make test` installs it)")
+        pytest.skip("shellcheck is not installed (Debian package shellcheck: sudo make shellcheck)")
     scripts = [os.path.join("scripts", s) for s in sorted(LAUNCHERS)] + ["scripts/launch_common.sh"]
     result = subprocess.run(["shellcheck", "-x", *scripts], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout
