@@ -33,26 +33,47 @@ $(DEV_STAMP): | $(DEMO_STAMP)
 	$(PIP) install -r requirements-dev.txt
 	touch $@
 
-# shellcheck (Debian package) checks the shell scripts in the tests
+# Debian packages the tests use: shellcheck (the shell scripts), and for the Arm checks of the fused kernels
+# (tests/models/test_kernels_aarch64.py) the aarch64 cross compiler, qemu-user to run its output and Debian's
+# oneDNN 2 (a libdnnl the build must not link). `make test` never runs sudo: as root (CI, a container) it
+# installs what is missing; otherwise it prints one line naming the packages and the command that installs
+# them, and the tests that need them skip with that reason (with CI=1 they stop the run: tests/conftest.py).
+ARM_TOOLS := g++-aarch64-linux-gnu qemu-user libdnnl2
+have_shellcheck = command -v shellcheck
+have_arm_tools = command -v aarch64-linux-gnu-g++ && command -v qemu-aarch64 && ls /usr/lib/*-linux-gnu/libdnnl.so.2
+apt_install = apt-get update -qq && apt-get install -y -qq $(1) >/dev/null
+# $(call install_as_root,<packages>,<target>): installs as root; else one line with the command, and fails
+install_as_root = if [ "$$(id -u)" = 0 ]; then $(call apt_install,$(1)); \
+	  else echo "error: installing $(1) needs root: run sudo make $(2)" >&2; exit 1; fi
+
 shellcheck:
-	@command -v shellcheck >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq shellcheck >/dev/null; \
-	  else sudo apt-get update -qq && sudo apt-get install -y -qq shellcheck >/dev/null; fi; }
+	@{ $(have_shellcheck); } >/dev/null 2>&1 || { $(call install_as_root,shellcheck,shellcheck); }
+
+arm-tools:
+	@{ $(have_arm_tools); } >/dev/null 2>&1 || { $(call install_as_root,$(ARM_TOOLS),arm-tools); }
+
+test-tools:
+	@if [ "$$(id -u)" = 0 ]; then $(MAKE) --no-print-directory shellcheck arm-tools; else \
+	  missing=""; how=""; \
+	  { $(have_shellcheck); } >/dev/null 2>&1 || { missing=" shellcheck"; how=" shellcheck"; }; \
+	  { $(have_arm_tools); } >/dev/null 2>&1 || { missing="$$missing $(ARM_TOOLS)"; how="$$how arm-tools"; }; \
+	  if [ -n "$$missing" ]; then echo "note: not installed (Debian packages):$$missing; the tests that need" \
+	    "them skip; install them with: sudo make$$how"; fi; fi
 
 # pytest-xdist: the test files spread over TEST_WORKERS processes (a file's tests stay in one, so its module
 # fixtures are made once); most tests run one thread of MindSpore, so 2 workers use both cores of CI's machine
 TEST_WORKERS ?= 2
-test: $(DEV_STAMP) shellcheck arm-tools
+test: $(DEV_STAMP) test-tools
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # the multi-process fault tests (pytest marker `slow`, left out of `make test`); CI runs both
-test-slow: $(DEV_STAMP) shellcheck
+test-slow: $(DEV_STAMP) test-tools
 	$(PY) -m pytest -m slow
 
 # the C++ app (ascend310_infer/) on a real MindSpore Lite runtime (pytest marker `lite`): PyPI's
 # mindspore-lite 2.0.0 wheel and a Python 3.7 venv holding it, made once in LITE_CACHE (outside git)
 LITE_CACHE ?= $(HOME)/.cache/nfnet-mindspore/lite
-test-lite: $(DEV_STAMP) shellcheck
+test-lite: $(DEV_STAMP) test-tools
 	NFNET_LITE_CACHE=$(LITE_CACHE) $(PY) -m pytest -m lite tests/deploy/test_lite_runtime.py
 
 # side-by-side speed against timm (issue 6): table, benchmarks/results.json, benchmarks/results.png
@@ -68,14 +89,4 @@ clean:
 	  preprocess_Result result_Files time_Result scripts/preprocess_Result scripts/result_Files scripts/time_Result
 	rm -f acc.log acc.json preprocess.log infer.log build.log scripts/acc.log scripts/acc.json scripts/*.log
 
-.PHONY: shellcheck
-
-# the Arm checks of the fused kernels (tests/models/test_kernels_aarch64.py): Debian's aarch64 cross
-# compiler, qemu-user to run its output, and Debian's oneDNN 2 (a libdnnl the build must not link)
-ARM_TOOLS := g++-aarch64-linux-gnu qemu-user libdnnl2
-arm-tools:
-	@{ command -v aarch64-linux-gnu-g++ && command -v qemu-aarch64 && ls /usr/lib/*-linux-gnu/libdnnl.so.2; } >/dev/null 2>&1 || { \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq $(ARM_TOOLS) >/dev/null; \
-	  else sudo apt-get update -qq && sudo apt-get install -y -qq $(ARM_TOOLS) >/dev/null; fi; }
-
-.PHONY: arm-tools
+.PHONY: shellcheck arm-tools test-tools

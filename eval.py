@@ -130,8 +130,8 @@ def evaluate_checkpoint(cfg, ctx, checkpoint, output, record=None, skipped=()):
         print(f"evaluation transform: {describe_transform(cfg, record)}")
     dataset = build_eval_dataset(cfg, ctx, bad_file_log, record=record, class_names=(record or {}).get("classes"))
     bar = None
-    if ctx.is_main:  # images of this rank; the last batch may be partial, finish() gives the true count
-        bar = ProgressBar(dataset.get_dataset_size() * dataset.get_batch_size(), "eval", unit="img")
+    if ctx.is_main:  # images of this rank (padding rows are not counted); finish() leaves out unreadable ones
+        bar = ProgressBar(dataset.shard_images, "eval", unit="img")
     with reported_data_errors():
         metrics = evaluate(network, dataset, loss_fn=create_loss(reduction="none"), distributed=ctx.distributed,
                            progress=bar.update if bar else None)

@@ -15,10 +15,11 @@ The checkpoint's data settings (arch, classes, test size and eval transform;
 src/data/data_settings.py) are used unless given on the command line, and written next to
 the model as <model file>.json for predict.py.
 """
+import os
 import sys
 
 from src.config import group_keys, parse_cli
-from src.errors import run_cli
+from src.errors import UserError, run_cli
 
 USED_KEYS = ("arch", "num_classes", "pretrained", "test_input_size", "use_ema",  # listed by --help
              *group_keys("export"), "device_target", "device_id")
@@ -43,6 +44,8 @@ def main(argv=None):
     args, cfg = parse_cli(argv, description="Export NFNet as MINDIR, ONNX or AIR.",
                           add_script_args=add_script_args, shown_keys=USED_KEYS)
     checkpoint = resolve_checkpoint(args.checkpoint, cfg.pretrained)
+    if not os.path.isfile(checkpoint):  # before MindSpore's import (10 s on a busy CPU), as eval.py does
+        raise UserError(f"checkpoint not found: {checkpoint}")
     from src.data.data_settings import applied_note, apply_settings, read_checkpoint_settings
 
     record = read_checkpoint_settings(checkpoint)  # None for a missing file: run_export reports it

@@ -49,7 +49,8 @@ def main(argv=None):
     from src.tools.preemption import StopRequest, end_with_parent
     from src.tools.run_dir import check_output_dir
 
-    cfg = fit_to_machine(cfg)  # a device this machine lacks stops here, in one line
+    notices = []  # the settings' notices (workers lowered), printed and in train.log once it exists
+    cfg = fit_to_machine(cfg, notice=notices.append)  # a device this machine lacks stops here, in one line
     check_before_init(cfg, check_inputs)  # before the heavy imports: a wrong path costs no graph build
     check_output_dir(cfg.output_dir, cfg.overwrite_output, cfg.resume, cfg.data_path)
     if os.environ.get("MS_ROLE"):  # msrun's processes (msrun waits for them; other launchers may not)
@@ -66,7 +67,7 @@ def main(argv=None):
 
     with data_and_results(cfg, ctx, lambda: run_dir.get("path"), check_inputs), \
             StopRequest(deadline) as stop_request, write_errors_reported(kept):
-        return train(cfg, ctx, stop_request, max_steps=args.max_steps, run_dir=run_dir)
+        return train(cfg, ctx, stop_request, max_steps=args.max_steps, run_dir=run_dir, notices=notices)
 
 
 def check_inputs(cfg):
@@ -86,10 +87,11 @@ def check_inputs(cfg):
             raise UserError(f"checkpoint not found: {path} (given as {key})")
 
 
-def train(cfg, ctx, stop_request=None, max_steps=None, run_dir=None):
+def train(cfg, ctx, stop_request=None, max_steps=None, run_dir=None, notices=()):
     """Train; returns the exit status. Every input (the checkpoint to resume, the pretrained weights) is read
     and checked before the run directory is prepared (decided by rank 0, every rank writes its log there;
-    its path goes into `run_dir["path"]`), so a refused run writes nothing."""
+    its path goes into `run_dir["path"]`), so a refused run writes nothing. `notices`: lines for the log (console
+    and train.log) from before it exists."""
     from src import builders
     from src.data.data_settings import checkpoint_entry, settings_from_config
     from src.data.folder import split_classes
@@ -99,7 +101,7 @@ def train(cfg, ctx, stop_request=None, max_steps=None, run_dir=None):
     from src.tools.logger import RunLogger
     from src.tools.preemption import exit_status
 
-    early = []  # log lines of the checks, written to train.log once it exists
+    early = list(notices)  # log lines of the checks, on the console and in train.log once it exists
     shape = dict(batch_size=cfg.batch_size, device_num=ctx.group_size, accumulation_step=cfg.accumulation_step,
                  epochs=cfg.epochs)
     record = settings_from_config(cfg, split_classes(cfg.data_path, cfg.train_split))
@@ -114,7 +116,8 @@ def train(cfg, ctx, stop_request=None, max_steps=None, run_dir=None):
     network = builders.build_network(cfg, checkpoint_path=cfg.pretrained, log_fn=early.append, require_finite=True)
 
     output_dir = prepare_output_dir(cfg.output_dir, overwrite=cfg.overwrite_output, resume=cfg.resume,
-                                    is_main=ctx.is_main, share=ctx.from_main, data_path=cfg.data_path)
+                                    is_main=ctx.is_main, share=ctx.from_main, data_path=cfg.data_path,
+                                    log_fn=early.append)  # resuming in it, or the -1 directory it writes to
     if run_dir is not None:
         run_dir["path"] = output_dir
     manager.use_directory(output_dir)  # a resumed run's is cfg.output_dir itself
@@ -148,14 +151,15 @@ def train(cfg, ctx, stop_request=None, max_steps=None, run_dir=None):
 
     loss_fn = create_loss(label_smoothing=cfg.label_smoothing, soft_targets=mixup is not None)
     optimizer = builders.build_optimizer(cfg, network, lr_schedule)
-    train_cell, run = builders.build_trainer(cfg, network, loss_fn, optimizer)
+    train_cell, run = builders.build_trainer(cfg, network, loss_fn, optimizer, log_fn=log)
 
     manager.restore(train_cell, micro_steps, share_parameters=ctx.share_parameters, log_fn=log)  # after resume()
 
     eval_fn = builders.build_eval_fn(cfg, ctx, train_cell, network, val_ds) if val_ds is not None else None
     callbacks = builders.build_callbacks(cfg, ctx, log, output_dir, manager, train_cell, eval_fn, micro_steps,
                                          lr_schedule, resumed=resume.status is not None, stop_request=stop_request,
-                                         skip_steps=skip_steps, max_steps=max_steps)
+                                         skip_steps=skip_steps, max_steps=max_steps,
+                                         epoch_so_far=resume.so_far)
     from src.data.dataset import reported_data_errors
     from src.tools.callbacks import NonFiniteLossGuard, StopOnSignal
 

@@ -87,11 +87,17 @@ make_run_dir() {  # make_run_dir <kind>: sets RUN_DIR (absolute) and creates RUN
   echo "run directory: $RUN_DIR"
 }
 
-run_logged() {  # run_logged <log> <command...>: run with its output on the console and in <log>
+console_lines() {  # stdin to stdout without MindSpore's report of dataset workers ended by a SIGTERM / Ctrl-C
+  # (the stop train.py asked for: it writes a checkpoint and says so); other signals (Killed: the OOM killer,
+  # a segfault) and every other line pass. The logs keep everything.
+  grep --line-buffered -v -E '^\[(ERROR|WARNING)\] MD\(.*SIGCHLDHandler\] (Dataset worker process [0-9]+ was killed by signal: (Terminated|Interrupt)|Main process may not respond to the SIGTERM signal)' || true
+}
+
+run_logged() {  # run_logged <log> <command...>: run with its output on the console (console_lines) and in <log>
   local log="$1" status=0
   shift
   echo "log: $log"
-  "$@" 2>&1 | tee "$log" || status=${PIPESTATUS[0]}
+  "$@" 2>&1 | tee "$log" | console_lines || status=${PIPESTATUS[0]}
   if [ "$status" -ne 0 ]; then
     if [ -n "${RUNS_PARENT:-}" ] && [ "${RUN_DIR_CREATED:-0}" = 1 ] && [ "$(find "$RUN_DIR" -mindepth 1 | wc -l)" -le 2 ]; then
       # a default run directory refused before anything was written (its one line is above): not left behind

@@ -16,7 +16,7 @@
 #                     --cluster_timeout argument, else the config's cluster_timeout; giving both
 #                     with different values is refused)
 #   JOB_ID            a name shared by all nodes of the job: RUN_DIR defaults to
-#                     ./runs/train_msrun_<n>p-<JOB_ID> (default $SLURM_JOB_ID; see launch_common.sh)
+#                     ./runs/train_msrun_<device>_<n>p-<JOB_ID> (default $SLURM_JOB_ID; see launch_common.sh)
 #   ENTRY_SCRIPT      the Python script each worker runs (default train.py; eval.py with
 #                     --checkpoint PATH evaluates a checkpoint sharded over the workers)
 # The environment is checked before anything starts (NODE_RANK below WORKER_NUM / LOCAL_WORKER_NUM nodes,
@@ -37,7 +37,9 @@
 # Writes LOGS/msrun.log (the launcher), LOGS/msrun/{scheduler,worker_<rank>}.log, where LOGS is
 # RUN_DIR/logs, or RUN_DIR/logs/node<NODE_RANK> in a job over several nodes (a shared RUN_DIR holds all),
 # and RUN_DIR/output (train.py's run directory: rank 0's files, train_rank<r>.log of the others);
-# RUN_DIR defaults to ./runs/train_msrun_<n>p-<JOB_ID or date-time> (see scripts/launch_common.sh).
+# RUN_DIR defaults to ./runs/train_msrun_<device>_<n>p-<JOB_ID or date-time> (see scripts/launch_common.sh), <device>
+# the --device_target given, else the config's (cpu, gpu, ascend). Rank 0's output (progress, epoch lines)
+# is shown on the console as it is written to its worker log, on the node that runs it.
 set -euo pipefail
 # shellcheck source=scripts/script_help.sh
 source "$(dirname "${BASH_SOURCE[0]}")/script_help.sh"
@@ -116,7 +118,25 @@ fi
 TIMEOUT_NAME=CLUSTER_TIMEOUT
 if [ -n "$ARG_TIMEOUT" ]; then TIMEOUT_NAME=--cluster_timeout; fi
 CLUSTER_TIMEOUT="$(int_setting "${ARG_TIMEOUT:-$CLUSTER_TIMEOUT}" "$TIMEOUT_NAME" 1 604800)"
-make_run_dir "$(basename "$ENTRY_SCRIPT" .py)_msrun_${WORKER_NUM}p"
+# the device the workers run on, for the run directory's name: the last --device_target given, else the config's
+DEVICE=""
+PREVIOUS=""
+for ARG in "$@"; do
+  case "$ARG" in
+    --device_target=*) DEVICE="${ARG#*=}" ;;
+    *) if [ "$PREVIOUS" = --device_target ]; then DEVICE="$ARG"; fi ;;
+  esac
+  PREVIOUS="$ARG"
+done
+if [ -z "$DEVICE" ]; then
+  DEVICE="$("$PYTHON" -c 'import sys; sys.path.insert(0, sys.argv[1])
+from src.config import UserError, load_config
+try:
+    print(load_config(sys.argv[2]).device_target)
+except UserError as exc:
+    sys.exit(f"error: {exc}")' "$ROOT" "$CONFIG_PATH")" || exit 2
+fi
+make_run_dir "$(basename "$ENTRY_SCRIPT" .py)_msrun_$(tr '[:upper:]' '[:lower:]' <<< "$DEVICE")_${WORKER_NUM}p"
 
 # msrun starts each worker as `python <script>`, the first `python` on PATH: make it $PYTHON
 LOGS="$RUN_DIR/logs"
@@ -139,6 +159,9 @@ env PATH="$LOGS/bin:$PATH" "${DETACH[@]}" "$PYTHON" -m mindspore.parallel.cluste
   "$ENTRY_SCRIPT" --config "$CONFIG_PATH" --output_dir "$RUN_DIR/output" "${TIMEOUT_ARGS[@]}" "$@" \
   > "$MSRUN_LOG" 2>&1 &
 MSRUN_PID=$!
+# rank 0's console on this one (its progress and epoch lines), until msrun ends; absent on the other nodes
+tail -n +1 -F --pid="$MSRUN_PID" "$LOGS/msrun/worker_0.log" 2> /dev/null | console_lines &
+TAIL_PID=$!
 
 STOPPED_BY=""
 forward() {  # forward <signal>: to this node's workers (train.py: finish the step, checkpoint, exit)
@@ -170,6 +193,7 @@ while kill -0 "$MSRUN_PID" 2> /dev/null; do  # a trap interrupted the wait
   STATUS=0
   wait "$MSRUN_PID" || STATUS=$?
 done
+wait "$TAIL_PID" 2> /dev/null || true  # the rest of rank 0's lines, before the launcher's own
 if [ -n "$STOPPED_BY" ]; then
   CODE=$(( 128 + $(kill -l "$STOPPED_BY") ))
   echo "stopped by SIG$STOPPED_BY: the workers finished their step and rank 0 wrote a checkpoint (see" \

@@ -182,18 +182,24 @@ def build_optimizer(cfg, network, lr_schedule):
                             betas=tuple(cfg.adamw_betas))
 
 
-def build_trainer(cfg, network, loss_fn, optimizer):
+def build_trainer(cfg, network, loss_fn, optimizer, log_fn=print):
     """(train cell holding all training state, run(dataset, callbacks, initial_epoch, rest_of_epoch=None)).
 
     rest_of_epoch: a dataset of the remaining batches of epoch initial_epoch + 1, which a stopped run
     had begun; it runs first, as a pass of its own (callbacks[0] must then be a ResumePosition), and
     `dataset` continues with the next epoch. In a distributed run, run() ends the process with one
-    error line when a rank is lost (see src.tools.context.lost_rank_ends_process).
+    error line when a rank is lost (see src.tools.context.lost_rank_ends_process). log_fn: where the CPU's
+    AMP fallback is said (the run's log).
     """
     from src.trainers import EMA, FunctionalTrainer, create_train_step
+    from src.trainers.amp import cpu_amp_notice
 
     ema = EMA(network.get_parameters(), decay=cfg.ema_decay, warmup=cfg.ema_warmup) if cfg.ema else None
-    options = dict(amp_level=cfg.amp_level, amp_dtype=cfg.amp_dtype, loss_scale=cfg.loss_scale, dynamic_loss_scale=cfg.is_dynamic_loss_scale,
+    amp_level = cfg.amp_level
+    if cfg.device_target == "CPU" and amp_level != "O0":
+        log_fn(cpu_amp_notice(amp_level))
+        amp_level = "O0"
+    options = dict(amp_level=amp_level, amp_dtype=cfg.amp_dtype, loss_scale=cfg.loss_scale, dynamic_loss_scale=cfg.is_dynamic_loss_scale,
                    loss_scale_factor=cfg.loss_scale_factor, loss_scale_window=cfg.loss_scale_window,
                    accumulation_step=cfg.accumulation_step, ema=ema, device_target=cfg.device_target)
     if cfg.trainer == "functional":
@@ -247,10 +253,10 @@ def build_eval_fn(cfg, ctx, train_cell, network, val_dataset):
 
 
 def build_callbacks(cfg, ctx, log, output_dir, manager, train_cell, eval_fn, micro_steps, lr_schedule, resumed,
-                    stop_request=None, skip_steps=0, max_steps=None):
+                    stop_request=None, skip_steps=0, max_steps=None, epoch_so_far=None):
     """Resume position, progress, non-finite guard, stop on a signal (stop_request: a StopRequest), stop at
     max_steps (train.py --max_steps), evaluation + best checkpoint, unreadable-file report, periodic
-    checkpoints, metrics CSV + curves."""
+    checkpoints, metrics CSV + curves. epoch_so_far: the mid-epoch checkpoint's sums of the skip_steps."""
     from src.tools.callbacks import (BadFileReport, CheckpointCallback, EvalCallback, NonFiniteLossGuard,
                                      ProgressLogger, ResumePosition, StepLimit, StopOnSignal)
     from src.tools.metrics_log import MetricsCSV
@@ -258,7 +264,8 @@ def build_callbacks(cfg, ctx, log, output_dir, manager, train_cell, eval_fn, mic
     callbacks = [
         ResumePosition(micro_steps, skip_steps),
         ProgressLogger(cfg.log_interval, micro_steps, cfg.batch_size * ctx.group_size, lr_schedule, cfg.epochs,
-                       log_fn=log, is_main=ctx.is_main, accumulation_step=cfg.accumulation_step, max_steps=max_steps),
+                       log_fn=log, is_main=ctx.is_main, accumulation_step=cfg.accumulation_step, max_steps=max_steps,
+                       epoch_so_far=epoch_so_far),
         NonFiniteLossGuard(cfg.max_nonfinite_steps, checkpoint_manager=manager, log_fn=log, is_main=ctx.is_main),
     ]
     agree = ctx.max_over_ranks if ctx.distributed else None

@@ -97,7 +97,8 @@ def test_eval_writes_progress_lines_to_a_log(digits_subset, nano_checkpoint, tmp
     lines = [line for line in result.stderr.splitlines() if line.startswith("eval:")]
     # the first update, any every 10 s on a slow machine, then the true count
     assert [LINE.fullmatch(line)[1] for line in lines][0] == "6" and LINE.fullmatch(lines[-1])[1] == "20"
-    assert LINE.fullmatch(lines[0])[2] == "24" and LINE.fullmatch(lines[-1])[2] == "20", result.stderr
+    # issue 27: the total is the 20 images from the first line on, not the 24 padded rows
+    assert LINE.fullmatch(lines[0])[2] == "20" and LINE.fullmatch(lines[-1])[2] == "20", result.stderr
     assert float(LINE.fullmatch(lines[-1])[4]) > 0
     assert "on 20 images" in result.stdout
 

@@ -35,9 +35,11 @@ def read_log(run_dir):
 def test_max_steps_stops_mid_epoch_and_resume_auto_ends_as_the_uninterrupted_run(tiny_digits, tmp_path):
     """--max_steps 3 of 2 epochs x 7 steps: the mid-epoch checkpoint of a SIGTERM (epoch 1, 3 steps into
     it), exit 0; --resume auto runs steps 4-7 of epoch 1, then epoch 2, and ends with the uninterrupted
-    run's training state (tests/reliability's tolerance, 1e-6)."""
+    run's training state (tests/reliability's tolerance, 1e-6). metrics.csv records epoch 1 once, its loss
+    (the straight run's, 1e-5) and images (56) over all 7 steps; the cut run draws its 3 steps."""
     from src.data.data_settings import read_checkpoint_settings
     from src.tools.checkpointing import read_checkpoint_meta
+    from src.tools.metrics_log import STEP_COLUMNS, read_metrics
 
     straight, out = str(tmp_path / "straight"), str(tmp_path / "run")
     args = ["train.py", "--config", NANO, "--device_target", "CPU", "--data_path", tiny_digits, *TINY]
@@ -58,6 +60,13 @@ def test_max_steps_stops_mid_epoch_and_resume_auto_ends_as_the_uninterrupted_run
     assert "nothing to do: the run is at step 3 already, --max_steps 3" in again.stdout
     assert sorted(f for f in os.listdir(out) if f.endswith(".ckpt")) == ["dm_nfnet_nano-1_3.ckpt"]
 
+    # the cut epoch has no metrics.csv row yet; its 3 steps are in metrics_steps.csv and drawn
+    assert not os.path.exists(os.path.join(out, "metrics.csv"))
+    assert [r["step"] for r in read_metrics(os.path.join(out, "metrics_steps.csv"), STEP_COLUMNS)] == [1, 2, 3]
+    with open(os.path.join(out, "curves.png"), "rb") as f:
+        assert f.read(4) == b"\x89PNG"
+    assert "could not draw" not in stopped
+
     run(*args, "--output_dir", out, "--resume", "auto")
     log = read_log(out)[len(stopped):]
     assert f"resumed from {first}: epoch 0 + 3 step(s) of epoch 1, step 3" in log
@@ -66,6 +75,17 @@ def test_max_steps_stops_mid_epoch_and_resume_auto_ends_as_the_uninterrupted_run
     final = "dm_nfnet_nano-2_14.ckpt"
     assert_same_training_state(checkpoint_values(os.path.join(straight, final)),
                                checkpoint_values(os.path.join(out, final)))
+    # issue 27: the resumed epoch once in metrics.csv, its loss and images over all 7 steps, as the straight run's
+    expected, resumed = (read_metrics(os.path.join(d, "metrics.csv")) for d in (straight, out))
+    with open(os.path.join(out, "metrics.csv"), encoding="utf-8") as f:
+        assert [line.split(",")[0] for line in f.read().splitlines()] == ["epoch", "1", "2"]
+    assert [r["images"] for r in resumed] == [r["images"] for r in expected] == [56, 56]
+    assert [r["train_loss"] for r in resumed] == pytest.approx([r["train_loss"] for r in expected], rel=1e-5)
+    assert [r["lr"] for r in resumed] == pytest.approx([r["lr"] for r in expected], rel=1e-6)
+    average = re.search(r"epoch 1/2 average loss (\S+) over 7 steps", log)
+    assert average and float(average.group(1)) == pytest.approx(resumed[0]["train_loss"], abs=1e-4)
+    assert [r["step"] for r in read_metrics(os.path.join(out, "metrics_steps.csv"), STEP_COLUMNS)] == \
+        list(range(1, 15))
 
 
 def test_max_steps_below_one_is_a_one_line_error(tmp_path):

@@ -3,6 +3,7 @@ shellcheck, and what the rank-table and mpirun launchers start (with stand-ins f
 devices' processes). Real runs through the CPU and msrun scripts: tests/distributed/."""
 import os
 import shutil
+import socket
 import stat
 import subprocess
 import sys
@@ -156,7 +157,7 @@ def test_mpirun_launcher_passes_the_processes_and_the_hostfile(tmp_path):
 
 def test_shellcheck_passes_on_the_launch_scripts():
     if shutil.which("shellcheck") is None:
-        pytest.skip("shellcheck is not installed (Debian package 'shellcheck'; `make test` installs it)")
+        pytest.skip("shellcheck is not installed (Debian package shellcheck: sudo make shellcheck)")
     scripts = [os.path.join("scripts", s) for s in sorted(LAUNCHERS)] + ["scripts/launch_common.sh"]
     result = subprocess.run(["shellcheck", "-x", *scripts], cwd=ROOT, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout
@@ -238,3 +239,44 @@ def test_a_failing_launch_that_wrote_nothing_leaves_no_run_folder(tmp_path):
     assert result.returncode == 2
     assert "error: " in result.stdout + result.stderr and "removed" in result.stderr
     assert os.listdir(tmp_path) == []  # runs/train_cpu-* is gone
+
+
+# MindSpore 2.10's report when a SIGTERM to the process group (a scheduler's stop, Ctrl-C) ends a dataset
+# worker, captured from train.py with two workers on CPU; and the same report for a worker the OOM killer ended
+MD_STOPPED = ("[ERROR] MD(20232,7f5e0da1cb80,python):2026-12-02-01:29:47.413.511 [mindspore/ccsrc/minddata/dataset/"
+              "util/sig_handler.cc:556] SIGCHLDHandler] Dataset worker process 20284 was killed by signal: "
+              "Terminated. Main process will be terminated.",
+              "[WARNING] MD(20232,7f5e0da1cb80,python):2026-12-02-01:29:47.413.649 [mindspore/ccsrc/minddata/"
+              "dataset/util/sig_handler.cc:559] SIGCHLDHandler] Main process may not respond to the SIGTERM signal, "
+              "please check if it is blocked.")
+MD_KILLED = MD_STOPPED[0].replace("Terminated.", "Killed.")
+
+
+def test_run_logged_keeps_the_dataset_workers_stop_reports_off_the_console_and_in_the_log(tmp_path):
+    """Issue 27: after our own SIGTERM, MindSpore's `Dataset worker process ... killed by signal: Terminated`
+    lines are not shown on the launcher's console; a worker killed otherwise (Killed) and every other line are,
+    and the log keeps all of them. The command is a real process printing MindSpore's lines as captured."""
+    lines = ["epoch 1/2 step 13/44 loss 2.3016", *MD_STOPPED, MD_KILLED, "error: a real one"]
+    printer = tmp_path / "lines.txt"
+    printer.write_text("\n".join(lines) + "\n")
+    log = tmp_path / "train.log"
+    result = subprocess.run(["bash", "-c", f'source "{SCRIPTS}/launch_common.sh"; run_logged "$1" cat "$2"',
+                             "bash", str(log), str(printer)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [f"log: {log}", lines[0], MD_KILLED, "error: a real one", f"done: {log}"]
+    assert log.read_text().splitlines() == lines
+
+
+@pytest.mark.timeout(300)
+def test_the_msrun_run_directory_names_the_device(tmp_path):
+    """Issue 27: the default run directory says the device the workers run on: the config's (dm_nfnet_f0.yaml:
+    Ascend) when no --device_target is given. The workers stop at once on this machine (no Ascend: train.py's
+    one line); the launcher names the worker and its line."""
+    f0 = os.path.join(ROOT, "src", "configs", "dm_nfnet_f0.yaml")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = str(s.getsockname()[1])
+    result = bash("run_distribute_train_msrun.sh", "2", f0, "--data_path", str(tmp_path), cwd=tmp_path,
+                  env={"JOB_ID": "t", "MASTER_PORT": port, "CLUSTER_TIMEOUT": "60"}, timeout=240)
+    assert f"run directory: {tmp_path}/runs/train_msrun_ascend_2p-t" in result.stdout, result.stdout + result.stderr
+    assert result.returncode == 2 and "device_target Ascend is not available" in result.stderr, result.stderr

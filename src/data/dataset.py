@@ -212,7 +212,10 @@ def create_dataset(data_path, split, is_training, batch_size, transform, num_par
     source = _open_source(data_path, split, class_names, strict_data, bad_file_log)
     loader = dict(workers=max(1, int(num_parallel_workers)), python_multiprocessing=python_multiprocessing)
     if not is_training:
-        return create_loader(source.eval_rows(num_shards, shard_id, batch_size), transform, batch_size, **loader)
+        dataset = create_loader(source.eval_rows(num_shards, shard_id, batch_size), transform, batch_size, **loader)
+        # this rank's images, padding rows left out (rank r scores images r, r + S, ...): a progress bar's total
+        dataset.shard_images = len(range(shard_id, len(source), num_shards))
+        return dataset
     shuffle = True if shuffle is None else shuffle
     pairs = getattr(mixup, "mixes_pairs", False)
     if isinstance(source, MindRecordSource):

@@ -8,8 +8,9 @@ checkpoint and metrics row are written:
     Model(train_cell).train(epochs, dataset, callbacks=callbacks, initial_epoch=resumed_epoch)
 
 The callbacks share per-epoch numbers through `epoch_record(cb_params)` (train loss, lr,
-images, seconds from ProgressLogger; top1, top5, val_loss from EvalCallback), which
-MetricsCSV turns into one row. NonFiniteLossGuard marks a diverged run in cb_params so
+images, seconds, complete from ProgressLogger; top1, top5, val_loss from EvalCallback), which
+MetricsCSV turns into one row per complete epoch. A mid-epoch checkpoint carries the cut epoch's
+sums so far (`epoch_so_far`), so that its resumed epoch is recorded once, over all its steps. NonFiniteLossGuard marks a diverged run in cb_params so
 that no later checkpoint replaces a good one with non-finite weights.
 
 Steps are counted from the epoch number (epoch - 1) * steps_per_epoch + step, because
@@ -24,8 +25,8 @@ from mindspore import Tensor
 from mindspore.train import Callback
 
 __all__ = ["ProgressLogger", "EvalCallback", "CheckpointCallback", "NonFiniteLossGuard", "BadFileReport",
-           "ResumePosition", "StopOnSignal", "StepLimit", "epoch_record", "step_loss", "DIVERGED", "PREEMPTED",
-           "STEP_LIMIT_REACHED"]
+           "ResumePosition", "StopOnSignal", "StepLimit", "epoch_record", "epoch_so_far", "step_loss", "SO_FAR_KEYS",
+           "DIVERGED", "PREEMPTED", "STEP_LIMIT_REACHED"]
 
 # cb_params key set by NonFiniteLossGuard when it stops a run.
 DIVERGED = "training_diverged"
@@ -38,6 +39,9 @@ STEP_LIMIT_REACHED = "step_limit_reached"
 _STEPS_BEFORE = "epoch_steps_before"
 _RECORD = "epoch_record"
 _STEP_RECORD = "step_record"
+_SO_FAR = "epoch_so_far"
+# what epoch_so_far holds (a mid-epoch checkpoint stores it: src.tools.checkpointing, EPOCH_SO_FAR_PREFIX)
+SO_FAR_KEYS = ("loss_sum", "finite_steps", "nonfinite_steps", "seconds")
 
 
 def epoch_record(cb_params):
@@ -47,6 +51,11 @@ def epoch_record(cb_params):
         record = {"epoch": cb_params.cur_epoch_num}
         cb_params[_RECORD] = record
     return record
+
+
+def epoch_so_far(cb_params):
+    """The current epoch's sums up to the last step (SO_FAR_KEYS), as ProgressLogger keeps them, or None."""
+    return cb_params.get(_SO_FAR)
 
 
 def step_record(cb_params):
@@ -113,10 +122,12 @@ class ProgressLogger(_EpochCallback):
         accumulation_step: train steps per optimizer step, to index lr_schedule.
         max_steps: the step at which StepLimit ends the run (train.py --max_steps), or None:
             that step gets a progress line and the ETA counts to it.
+        epoch_so_far: a resumed mid-epoch run's sums of the steps run before (SO_FAR_KEYS, from the
+            mid-epoch checkpoint): the epoch's average, images and seconds then cover all its steps.
     """
 
     def __init__(self, log_interval, steps_per_epoch, batch_size, lr_schedule, total_epochs,
-                 log_fn=print, is_main=True, accumulation_step=1, max_steps=None):
+                 log_fn=print, is_main=True, accumulation_step=1, max_steps=None, epoch_so_far=None):
         super().__init__()
         self.log_interval = max(1, int(log_interval))
         self.steps_per_epoch = int(steps_per_epoch)
@@ -129,6 +140,7 @@ class ProgressLogger(_EpochCallback):
         self.max_steps = max_steps
         self._clock_start = None  # end of this session's first step: excludes graph compilation
         self._clock_steps = 0
+        self._so_far = dict(epoch_so_far or {})  # used by the first epoch (the resumed one) only
 
     def lr_at(self, global_step):
         """lr used by train step number `global_step` (1-based), or None without a schedule."""
@@ -141,7 +153,10 @@ class ProgressLogger(_EpochCallback):
         super().on_train_epoch_begin(run_context)
         self._epoch_time = self._interval_time = time.time()
         self._interval_steps = 0
-        self._loss_sum, self._finite_steps, self._nonfinite_steps = 0.0, 0, 0
+        before, self._so_far = self._so_far, {}
+        self._loss_sum, self._seconds_before = float(before.get("loss_sum", 0.0)), float(before.get("seconds", 0.0))
+        self._finite_steps, self._nonfinite_steps = int(before.get("finite_steps", 0)), \
+            int(before.get("nonfinite_steps", 0))
 
     def on_train_step_end(self, run_context):
         cb = run_context.original_args()
@@ -156,6 +171,8 @@ class ProgressLogger(_EpochCallback):
         global_step = self._global_step(cb)
         cb[_STEP_RECORD] = {"step": global_step, "epoch": global_step / self.steps_per_epoch, "train_loss": loss,
                             "lr": self.lr_at(global_step)}
+        cb[_SO_FAR] = dict(zip(SO_FAR_KEYS, (self._loss_sum, self._finite_steps, self._nonfinite_steps,
+                                             self._seconds_before + now - self._epoch_time)))
         if self._clock_start is None:
             self._clock_start = now
         else:
@@ -186,12 +203,14 @@ class ProgressLogger(_EpochCallback):
 
     def on_train_epoch_end(self, run_context):
         cb = run_context.original_args()
-        seconds = time.time() - self._epoch_time
+        seconds = self._seconds_before + time.time() - self._epoch_time
         steps = self._epoch_steps(cb)
         average = self._loss_sum / self._finite_steps if self._finite_steps else float("nan")
         lr = self.lr_at(self._global_step(cb)) if steps else None
-        images = steps * self.batch_size
-        epoch_record(cb).update(train_loss=average, lr=lr, images=images, seconds=seconds)
+        # the steps whose loss is counted: a resume from a checkpoint without epoch_so_far counts its own only
+        images = (self._finite_steps + self._nonfinite_steps) * self.batch_size
+        epoch_record(cb).update(train_loss=average, lr=lr, images=images, seconds=seconds,
+                                complete=steps >= self.steps_per_epoch)
         if not self.is_main:
             return
         line = (f"epoch {cb.cur_epoch_num}/{self.total_epochs} average loss {average:.4f} "
@@ -455,8 +474,10 @@ class _StopWithCheckpoint(_EpochCallback):
         """Write the checkpoint of the position reached; (epoch, steps run in it)."""
         epoch, step = cb.cur_epoch_num, self._epoch_steps(cb)
         cb[PREEMPTED] = True
+        mid_epoch = step < cb.batch_num
         self.path = self.checkpoint_manager.save(self.train_cell or cb.train_network, epoch, self._global_step(cb),
-                                                 epoch_step=step if step < cb.batch_num else None)
+                                                 epoch_step=step if mid_epoch else None,
+                                                 epoch_so_far=epoch_so_far(cb) if mid_epoch else None)
         if self.agree is not None:
             self.agree(0)  # no rank exits before rank 0's checkpoint is complete
         return epoch, step

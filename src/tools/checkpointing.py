@@ -10,6 +10,8 @@ counter, ...) plus a few metadata entries stored through MindSpore's `append_dic
     metric_*    the evaluation metrics of the best checkpoint (metric_top1, metric_loss, ...)
     epoch_step  train steps already run of the epoch after epoch_num (a mid-epoch checkpoint
                 written when the run was stopped by a signal; 0 or absent otherwise)
+    so_far_*    a mid-epoch checkpoint's sums of those steps (loss, steps, seconds: the callbacks'
+                epoch_so_far), so that the resumed epoch's metrics row covers all its steps
     batch_size, device_num, accumulation_step, steps_per_epoch, epochs
                 the run's shape: a resume that would change the step count or the schedule
                 is refused (check_resume), a longer `epochs` is logged as a changed schedule
@@ -41,6 +43,7 @@ __all__ = ["CheckpointError", "CheckpointManager", "OutputWriteError", "ResumePo
 EPOCH_KEY, STEP_KEY, BEST_KEY, METRIC_PREFIX = "epoch_num", "step_num", "best_top1", "metric_"
 SETTINGS_KEY = "data_settings"  # src.data.data_settings.RECORD_KEY
 EPOCH_STEP_KEY = "epoch_step"
+SO_FAR_PREFIX = "so_far_"
 # the run's shape, stored in every checkpoint (see check_resume)
 RUN_KEYS = ("batch_size", "device_num", "accumulation_step", "steps_per_epoch", "epochs")
 # errno values of a write the filesystem refused: full, over quota, read-only, no permission, I/O, too large
@@ -62,7 +65,7 @@ CONFIG_DERIVED_PARAMS = ("learning_rate",)
 
 def _is_metadata(name):
     return (name in (EPOCH_KEY, STEP_KEY, BEST_KEY, EPOCH_STEP_KEY, SETTINGS_KEY, *RUN_KEYS)
-            or name.startswith(METRIC_PREFIX))
+            or name.startswith((METRIC_PREFIX, SO_FAR_PREFIX)))
 
 
 def _first_line(exc):
@@ -225,7 +228,9 @@ class CheckpointManager:
             self._resume_state = (path, stored)
         elif source and not status:
             log_fn(f"--resume {source}: no checkpoint in {self.output_dir} yet, starting from scratch")
-        self.resume_point = ResumePoint((None, "continue", "finished")[status], epoch, epoch_step, path)
+        so_far = {name[len(SO_FAR_PREFIX):]: value for name, value in meta.items() if name.startswith(SO_FAR_PREFIX)}
+        self.resume_point = ResumePoint((None, "continue", "finished")[status], epoch, epoch_step, path,
+                                        so_far if status and epoch_step else None)
         return self.resume_point
 
     def restore(self, train_cell, steps_per_epoch, share_parameters=None, log_fn=print):
@@ -256,18 +261,20 @@ class CheckpointManager:
         """What a failed write leaves to continue from, in words (for the error line)."""
         return describe_kept(self.output_dir, self.latest_path)
 
-    def save(self, train_cell, epoch, step, epoch_step=None):
+    def save(self, train_cell, epoch, step, epoch_step=None, epoch_so_far=None):
         """Write the epoch checkpoint of `train_cell`, then delete the ones beyond keep_max.
 
         With `epoch_step` (a run stopped by a signal), the checkpoint is taken `epoch_step`
         steps into epoch `epoch`: it stores epoch - 1 completed epochs and the position in the
-        epoch, so that a resume continues with the next step (see check_resume).
+        epoch, so that a resume continues with the next step (see check_resume), and the epoch's
+        sums so far (`epoch_so_far`, a dict of numbers) that the resume gets back as ResumePoint.so_far.
         """
         if not self.is_main:
             return None
         meta = self._meta(epoch, step)
         if epoch_step is not None:
             meta.update({EPOCH_KEY: int(epoch) - 1, EPOCH_STEP_KEY: int(epoch_step)})
+            meta.update({SO_FAR_PREFIX + key: value for key, value in (epoch_so_far or {}).items()})
         try:
             path = save_checkpoint_atomic(train_cell, self.epoch_path(epoch, step), meta)
         except OutputWriteError as exc:
@@ -301,11 +308,13 @@ class CheckpointManager:
 class ResumePoint(NamedTuple):
     """Where a run continues (CheckpointManager.resume): `status` None (nothing to resume), "continue" or
     "finished" (the checkpoint already holds the whole run); `epoch` epochs and `epoch_step` steps of the
-    next one done; `path` the checkpoint (rank 0 only)."""
+    next one done; `path` the checkpoint and `so_far` the sums of those steps (a mid-epoch checkpoint's
+    epoch_so_far: loss_sum, finite_steps, ...) on rank 0 only."""
     status: Optional[str]
     epoch: int = 0
     epoch_step: int = 0
     path: Optional[str] = None
+    so_far: Optional[dict] = None
 
 
 # --------------------------------------------------------------------------- reading

@@ -1,11 +1,13 @@
 """Per-epoch and per-step metrics as CSV files, and PNG curves drawn from them.
 
-metrics.csv is an append-only log with one row per epoch: a resumed run appends to it, the
-header is written once, and every row is fsynced, so a killed run loses at most the row
-it was writing. After a crash and resume the same epoch can appear twice (written
-before the kill, then again after the resume); `read_metrics` keeps the last row of
-each epoch, and so do the curves. metrics_steps.csv holds every train step's loss and lr
-(written once per epoch, the same rules by step), so the curves show the warm-up.
+metrics.csv is an append-only log with one row per complete epoch: a resumed run appends to it,
+the header is written once, and every row is fsynced, so a killed run loses at most the row
+it was writing. An epoch cut by a stop (SIGTERM, --max_steps) gets no row: its resumed run
+writes it once, with the loss, images and seconds of all its steps (the mid-epoch checkpoint
+carries those of the steps before). After a kill -9 and a resume from an older checkpoint the same
+epoch can appear twice; `read_metrics` keeps the last row of each epoch, and so do the curves.
+metrics_steps.csv holds every train step's loss and lr (written once per epoch and when a run
+stops, the same rules by step), so the curves show the warm-up and the steps of a cut epoch.
 """
 import csv
 import io
@@ -93,7 +95,8 @@ class MetricsCSV(Callback):
         if row.get("seconds") is None and self._epoch_time is not None:
             row["seconds"] = time.time() - self._epoch_time
         self._write_steps()
-        self.append(row)
+        if row.get("complete", True):  # a cut epoch: its steps are in steps_path, its row comes with the resume
+            self.append(row)
 
     def on_train_end(self, run_context):
         if not self.is_main:
@@ -198,10 +201,10 @@ def plot_curves(csv_path, png_path, steps_path=None):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    rows = read_metrics(csv_path)
-    if not rows:
-        raise ValueError(f"{csv_path} has no complete rows to plot")
+    rows = read_metrics(csv_path) if os.path.exists(csv_path) else []
     steps = read_metrics(steps_path, STEP_COLUMNS) if steps_path and os.path.exists(steps_path) else []
+    if not rows and not steps:
+        raise ValueError(f"{csv_path} has no complete rows to plot")
     figure = Figure(figsize=(15, 4.2), dpi=100)
     FigureCanvasAgg(figure)
     panels = (
@@ -227,6 +230,9 @@ def plot_curves(csv_path, png_path, steps_path=None):
             if points:
                 xs, ys = zip(*points)
                 axes.plot(xs, ys, marker="o" if len(points) < 30 else None, markersize=3, label=label)
+        if not axes.lines:  # e.g. accuracy without an evaluation: say so rather than an empty frame
+            axes.text(0.5, 0.5, "no evaluation yet" if title == "accuracy" else "no complete epoch yet",
+                      ha="center", va="center", transform=axes.transAxes, color="gray")
         axes.set_title(title)
         axes.set_xlabel("epoch")
         axes.grid(True, alpha=0.3)

@@ -37,7 +37,7 @@ from mindspore import amp
 from src.models.layers import SqueezeExcite
 from src.models.layers.std_conv import WeightStandardization
 
-__all__ = ["prepare_amp", "KEEP_FP32_CELLS", "AMP_LEVELS"]
+__all__ = ["prepare_amp", "cpu_amp_notice", "KEEP_FP32_CELLS", "AMP_LEVELS"]
 
 AMP_LEVELS = ("O0", "O1", "O2", "O3")
 
@@ -72,9 +72,14 @@ def prepare_amp(network, amp_level="O0", device_target="CPU", dtype="float16"):
     if amp_level == "O0":
         return network
     if device_target == "CPU":
-        print(f"AMP: amp_level {amp_level} is not used on CPU; training in float32 (O0).", flush=True)
+        print(cpu_amp_notice(amp_level), flush=True)
         return network
     return apply_mixed_precision(network, amp_level, _DTYPES[dtype])
+
+
+def cpu_amp_notice(amp_level):
+    """The line said when a requested amp_level falls back to O0 on CPU."""
+    return f"AMP: amp_level {amp_level} is not used on CPU; training in float32 (O0)."
 
 
 def apply_mixed_precision(network, amp_level, dtype):

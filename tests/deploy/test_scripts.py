@@ -56,7 +56,7 @@ def test_missing_paths_bad_names_and_ids_are_refused(script, tmp_path, image_fol
 
 def test_shellcheck_passes_on_every_script():
     if shutil.which("shellcheck") is None:
-        pytest.skip("shellcheck is not installed (Debian package 'shellcheck'; `make test` installs it)")
+        pytest.skip("shellcheck is not installed (Debian package shellcheck: sudo make shellcheck)")
     scripts = sorted(glob.glob(os.path.join(ROOT, "scripts", "*.sh"))) + [BUILD_SCRIPT, os.path.join(ROOT, ".ci", "run")]
     assert len(scripts) >= 5
     # -x follows `source scripts/infer_common.sh` (paths relative to the repository root)

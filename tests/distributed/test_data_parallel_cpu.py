@@ -60,8 +60,9 @@ def two_rank_run(tiny_digits, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("two_ranks")
     (run_dir / "output").mkdir()
     (run_dir / "output" / "earlier_run.log").write_text("an earlier run\n")
-    msrun(run_dir, "--data_path", tiny_digits, "--batch_size", "4", *COMMON,
-          env=dict(ENTRY_SCRIPT=SAVE_WEIGHTS, SAVE_WEIGHTS_DIR=str(run_dir)))
+    result = msrun(run_dir, "--data_path", tiny_digits, "--batch_size", "4", *COMMON,
+                   env=dict(ENTRY_SCRIPT=SAVE_WEIGHTS, SAVE_WEIGHTS_DIR=str(run_dir)))
+    (run_dir / "console.txt").write_text(result.stdout + result.stderr)  # what the launcher showed
     return run_dir
 
 
@@ -109,6 +110,17 @@ def test_both_ranks_use_the_run_directory_rank_0_chose_beside_a_non_empty_one(tw
     assert {"config.yaml", "train.log", "train_rank1.log", FINAL} <= set(os.listdir(out))
     with open(out / "train_rank1.log") as f:
         assert f"[rank 1] run directory {out}:" in f.read()
+
+
+@pytest.mark.timeout(900)
+def test_the_launcher_shows_rank_0s_progress_on_the_console(two_rank_run):
+    """Issue 27: a successful 2-worker CPU run showed only `done`; now rank 0's lines as it writes them
+    (progress every 5 steps, the epoch averages), once each, then `done`; rank 1 prints none."""
+    console = (two_rank_run / "console.txt").read_text()
+    for line in ("epoch 1/2 step 5/5 loss ", "epoch 1/2 average loss ", "epoch 2/2 step 5/5 loss ",
+                 "epoch 2/2 average loss ", f"saved {two_rank_run / 'output-1' / FINAL}"):
+        assert console.count(line) == 1, (line, console)
+    assert "[rank 1]" not in console and console.rstrip().splitlines()[-1].startswith("done: ")
 
 
 @pytest.mark.timeout(900)

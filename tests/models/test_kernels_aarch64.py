@@ -39,7 +39,8 @@ KERNELS = {"ScaledGeluForward", "ScaledGeluBackward", "ScaledTanhGeluForward", "
 def _needs(*tools):
     missing = [t for t in tools if shutil.which(t) is None]
     if missing:  # CI fails before this at once (tests/conftest.py, CI_NEEDS)
-        pytest.skip(f"{', '.join(missing)} missing: apt-get install g++-aarch64-linux-gnu qemu-user")
+        pytest.skip(f"{', '.join(missing)} missing (Debian packages g++-aarch64-linux-gnu qemu-user: "
+                    "sudo make arm-tools)")
 
 
 def _compile(command):
@@ -252,7 +253,7 @@ def test_build_falls_back_to_the_im2col_kernels_unless_libdnnl_is_onednn3_with_t
     library built then holds no oneDNN code and the convolutions take the im2col kernels (as on Arm)."""
     onednn2 = glob.glob(DEBIAN_ONEDNN2)
     if not onednn2:  # CI fails before this at once (tests/conftest.py, CI_NEEDS)
-        pytest.skip("Debian's oneDNN 2 missing: apt-get install libdnnl2")
+        pytest.skip("Debian's oneDNN 2 missing (Debian package libdnnl2: sudo make arm-tools)")
     mindspore_lib = os.path.join(os.path.dirname(os.path.abspath(cpu_kernels.ms.__file__)), "lib")
     assert cpu_kernels.dnnl_link_flags_for(mindspore_lib)[0] == "-DNFNET_WITH_DNNL"  # the wheel's: 3.x threadpool
     with_onednn = cpu_kernels.dnnl_available()  # cached now, so that monkeypatch restores it afterwards

@@ -77,3 +77,13 @@ def test_resume_with_a_metrics_log_cut_by_a_kill_drops_the_cut_row_and_says_so(u
     assert said in result.stdout and said in read_text(run / "train.log")
     assert [row["epoch"] for row in read_metrics(run)] == ["1", "3"]  # epoch 2's row was the cut one
     assert "dm_nfnet_nano-3_15.ckpt" in os.listdir(run)
+
+
+def test_export_of_a_missing_checkpoint_stops_before_mindspore_is_imported(tmp_path):
+    """Provokes: the README's export command before its checkpoint exists (it used to import MindSpore, 10 s on a
+    busy CPU, and then say so). One line, exit 2, MindSpore not imported, nothing written."""
+    missing = tmp_path / "output" / "dm_nfnet_f0_best.ckpt"
+    result = entry("export.py", "--checkpoint", missing, "--file_format", "MINDIR", "--file_name", tmp_path / "f0",
+                   probe_imports=True)
+    assert user_error(result) == f"error: checkpoint not found: {missing}"
+    assert not mindspore_imported(result) and os.listdir(tmp_path) == []

@@ -95,3 +95,30 @@ def test_a_refused_pretrained_checkpoint_writes_nothing_so_the_corrected_command
     assert "this run writes to" not in result.stdout and not os.path.exists(f"{run}-1")
     assert "re-initialized 2 tensors (finetune)" in read_text(run / "train.log")
     assert "dm_nfnet_nano-1_1.ckpt" in os.listdir(run)
+
+
+@pytest.mark.timeout(900)
+def test_train_log_holds_the_console_notices(tiny_digits, tmp_path):
+    """Issue 27: the notices train.py prints before and while it prepares the run (workers lowered to the cores,
+    the AMP fallback on CPU, the -1 directory it writes to, resuming in it) are in train.log too, each once. One
+    train step (--max_steps 1), then a --resume auto that has nothing to do."""
+    mine = tmp_path / "run"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("not a run\n")
+    cores = len(os.sched_getaffinity(0))
+    result = succeeded(entry("train.py", "--data_path", tiny_digits, "--output_dir", mine, *TINY, "--max_steps", "1",
+                             "--amp_level", "O2", "--num_parallel_workers", "64"))
+    run = tmp_path / "run-1"
+    notices = [f"num_parallel_workers 64 lowered to {cores}, the cores of this machine",
+               "AMP: amp_level O2 is not used on CPU; training in float32 (O0).",
+               f"output_dir {mine} is not empty: this run writes to {run} (--resume auto continues the old run, "
+               "--overwrite_output reuses the directory)"]
+    log = read_text(run / "train.log")
+    for notice in notices:
+        assert result.stdout.count(notice) == 1 and log.count(notice) == 1, notice
+    again = succeeded(entry("train.py", "--data_path", tiny_digits, "--output_dir", run, *TINY, "--max_steps", "1",
+                            "--resume", "auto"))
+    resuming = f"output_dir {run} exists: resuming in it"
+    log = read_text(run / "train.log")
+    assert again.stdout.count(resuming) == 1 and log.count(resuming) == 1
+    assert "nothing to do: the run is at step 1 already, --max_steps 1" in log
