@@ -171,3 +171,25 @@ def test_folded_unscale_still_skips_an_overflowing_step(fused_kernels):
     assert _state(step) == (500.0, 1, 1)
     for name, value in weights(net).items():
         np.testing.assert_array_equal(value, before[name], err_msg=name)
+
+
+@pytest.mark.timeout(300)
+def test_ema_folded_into_the_fused_sgd_agc_kernel_gives_the_same_bits(mode, fused_kernels):
+    """GradientUpdate.fold_ema (the SGD-AGC kernel updates each EMA average right after its weight)
+    against the separate EMA kernel pass: weights, momenta, averages and the EMA counter bitwise
+    equal after three steps; real MindSpore on CPU."""
+    initial = weights(tiny_net())
+    runs = []
+    for fold in (True, False):
+        step, _, _ = _step(initial, loss_scale=1000.0, dynamic_loss_scale=True, ema=0.9)
+        assert step.update.fold_ema  # a fused EMA of exactly the optimizer's weights
+        step.update.fold_ema = fold
+        for x, y in _batches(3):
+            step(x, y)
+        runs.append(weights(step))
+    folded, plain = runs
+    assert int(folded["ema_num_updates"]) == 3
+    averages = {name: value for name, value in folded.items() if name.startswith("ema.")}
+    assert max_rel_diff(averages, {name: initial[name[len("ema."):]] for name in averages})[0] > 1e-4  # moved
+    for name in plain:
+        np.testing.assert_array_equal(folded[name], plain[name], err_msg=name)

@@ -539,9 +539,14 @@ extern "C" int ChannelsToNCHWBiasBackward(int nparam, void **params, int *ndims,
 // Nesterov (0/1)], hyper (3,) = [lr, lr * momentum, momentum] or (4,) with the gradient's scale
 // (1 / loss scale) last, out (1,) = 0. With the scale, G is grad * scale, the product LossScaler.unscale
 // forms, taken here instead of in a gradient-sized Mul pass before the kernel (bit-identical).
+// With two more inputs before out, average (param's shape) and decay (2,) = [decay, 1 - decay], the
+// EMA update of EmaUpdate follows in the same pass on the new W (src/trainers/ema.py; the same bits
+// as EmaUpdate after the step, one read of W and one launch fewer).
 extern "C" int SgdAgcUpdate(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
                             void *, void *) {
-  if (nparam != 6 || !all_float32(6, dtypes)) return 1;
+  if ((nparam != 6 && nparam != 8) || !all_float32(nparam, dtypes)) return 1;
+  float *average = nparam == 8 ? output(params, 5) : nullptr;
+  const float ema_decay = nparam == 8 ? input(params, 6)[0] : 0.0f, ema_rest = nparam == 8 ? input(params, 6)[1] : 0.0f;
   const float *grad = input(params, 0);
   float *param = output(params, 1);
   float *buf = output(params, 2);
@@ -585,8 +590,12 @@ extern "C" int SgdAgcUpdate(int nparam, void **params, int *ndims, int64_t **sha
         pr[j] = pr[j] - lr * b;
       }
     }
+    if (average != nullptr) {  // W's row is still in cache
+      float *ar = average + r * k;
+      for (int64_t j = 0; j < k; ++j) ar[j] = ar[j] * ema_decay + pr[j] * ema_rest;
+    }
   });
-  output(params, 5)[0] = 0.0f;
+  output(params, nparam - 1)[0] = 0.0f;
   return 0;
 }
 
