@@ -119,6 +119,24 @@ def _sgd_agc_step_fused_dense(update_kernel, hyper, consts, param, buf, grad):
     return update_kernel(grad, param, buf, consts, hyper)
 
 
+_sgd_agc_ema_step_fused = C.MultitypeFuncGraph("sgd_agc_ema_step_fused")
+
+
+@_sgd_agc_ema_step_fused.register("Function", "Tensor", "Tensor", "Tensor", "Tensor", "Tensor", "Tensor",
+                                  "Tensor")
+def _sgd_agc_ema_step_fused_dense(update_kernel, hyper, ema_decays, consts, param, buf, grad, average):
+    """_sgd_agc_step_fused_dense, then average = average * decay + param * (1 - decay) in the same pass."""
+    return update_kernel(grad, param, buf, consts, hyper, average, ema_decays)
+
+
+_scale_grad = C.MultitypeFuncGraph("scale_grad")
+
+
+@_scale_grad.register("Tensor", "Tensor")
+def _scale_grad_tensor(scale, grad):
+    return grad * ops.cast(scale, grad.dtype)  # as LossScaler.unscale multiplies
+
+
 def _matches(name, keys):
     return any(key in name for key in keys)
 
@@ -150,6 +168,13 @@ class SGDAGC(nn.Optimizer):
             CPU kernel that writes the weight and its buffer in place (the same arithmetic, no
             parameter-sized temporaries); None: when the fused CPU kernels are active
             (src/models/layers/config.py).
+
+    Call with the gradients, or with (gradients, grad_scale): the kernel multiplies each gradient
+    by the float32 scalar grad_scale first (GradientUpdate folds the loss scale's unscale into the
+    update this way when ``folds_grad_scale``; the operator form multiplies them as LossScaler does;
+    None: no factor). With ``folds_grad_scale`` also (gradients, grad_scale, averages, ema_decays):
+    the kernel updates each weight's EMA average (one per parameter, in order) after the weight,
+    average * decay + weight * (1 - decay) with ema_decays = [decay, 1 - decay] (trainers/ema.py).
 
     Loss scaling and data parallelism: ``TrainOneStepWithLossScaleCell``
     (dynamic or fixed scale with overflow skipping) unscales the gradients and
@@ -201,17 +226,28 @@ class SGDAGC(nn.Optimizer):
                 Tensor([self.clipping if clip else 0.0, self.eps, self.wd if decay else 0.0,
                         float(_is_vector_like(p.shape)), float(self.nesterov)], mindspore.float32)
                 for p, clip, decay in zip(self._parameters, self.clip_flags, self.decay_flags))
+        self.folds_grad_scale = self.update_kernel is not None
 
     @mindspore.jit
-    def construct(self, gradients):
+    def construct(self, gradients, grad_scale=None, averages=None, ema_decays=None):
         gradients = self.scale_grad(gradients)  # divide out a fixed loss scale, if any
         lr = self.get_lr()
         self.assignadd(self.global_step, self.global_step_increase_tensor)
         if self.update_kernel is not None:
             lr = ops.cast(lr, mindspore.float32)
-            hyper = ops.stack([lr, lr * self.momentum, ops.full_like(lr, self.momentum)])
+            if grad_scale is None:
+                hyper = ops.stack([lr, lr * self.momentum, ops.full_like(lr, self.momentum)])
+            else:  # ones * scale: scale in lr's shape, the same float32 value
+                hyper = ops.stack([lr, lr * self.momentum, ops.full_like(lr, self.momentum),
+                                   ops.full_like(lr, 1.0) * ops.cast(grad_scale, mindspore.float32)])
+            if averages is not None:
+                step = ops.partial(_sgd_agc_ema_step_fused, self.update_kernel, hyper, ema_decays)
+                return self.hyper_map(step, self.kernel_consts, self._parameters, self.moments, gradients,
+                                      averages)
             step = ops.partial(_sgd_agc_step_fused, self.update_kernel, hyper)
             return self.hyper_map(step, self.kernel_consts, self._parameters, self.moments, gradients)
+        if grad_scale is not None:
+            gradients = self.hyper_map(ops.partial(_scale_grad, grad_scale), gradients)
         step = ops.partial(_sgd_agc_step, self.apply_momentum, lr, self.momentum, self.nesterov,
                            self.clipping, self.eps, self.wd)
         return self.hyper_map(step, self.clip_flags, self.decay_flags,

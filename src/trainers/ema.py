@@ -83,6 +83,13 @@ class EMA(nn.Cell):
             decay = ops.minimum(decay, (1.0 + t) / (10.0 + t))
         return decay
 
+    def next_decays(self):
+        """[decay_t, 1 - decay_t] for an update made elsewhere (the fused SGD-AGC kernel, update.py), t
+        advanced as construct advances it."""
+        decay = self.current_decay()
+        decays = ops.stack([decay, 1.0 - decay])
+        return ops.depend(decays, ops.assign_add(self.num_updates, Tensor(1, mindspore.int32)))
+
     def construct(self):
         """One update from the current weights; call it after each optimizer update."""
         decay = self.current_decay()

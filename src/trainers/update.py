@@ -18,7 +18,12 @@ so both apply exactly the same update:
         loss scale bookkeeping: overflow flag and count, dynamic scale
 
 The optimizer therefore sees unscaled, averaged, all-reduced gradients, which AGC needs
-(it is not scale-invariant). Gradients are averaged over micro-batches, not summed, so
+(it is not scale-invariant). With the fused SGD-AGC kernel, one device and no accumulation the
+unscale is folded into the optimizer's kernel (``optimizer(grads, 1 / loss_scale)``: the same
+products, not a gradient-sized Mul pass per gradient first) and the overflow check reads the
+scaled gradients (finite exactly when the unscaled ones are: the scale is >= 1). With a fused EMA
+over exactly the optimizer's weights, the same kernel also updates each weight's average right
+after the weight (``fold_ema``: the same arithmetic, one pass over the weights fewer). Gradients are averaged over micro-batches, not summed, so
 N micro-batches of B images give the step of one batch of N*B images; the optimizer's
 global_step (and with it the learning-rate schedule) advances once per applied step.
 A skipped step (overflow) does not advance it, nor the EMA.
@@ -92,10 +97,18 @@ class GradientUpdate(nn.Cell):
         self.hyper_map = ops.HyperMap()
         self.finite_kernel = None
         if active_forms().fused_kernels:  # gradients of the float32 master weights
-            from src.models.layers.cpu_kernels import all_finite_op
+            from src.models.layers.cpu_kernels import all_finite_multi_op
 
-            self.finite_kernel = all_finite_op()
+            self.finite_kernel = all_finite_multi_op()
         self.distributed = is_data_parallel()
+        self.fold_unscale = (scaler.enabled and self.accumulation_step == 1 and not self.distributed
+                             and getattr(optimizer, "folds_grad_scale", False))
+        self.fold_ema = (self.use_ema and getattr(optimizer, "folds_grad_scale", False)
+                         and ema.update_kernel is not None
+                         and sorted(p.name for p in ema.weights) == sorted(p.name for p in self.weights))
+        if self.fold_ema:
+            averages = ema.averages_by_name()
+            self.ema_averages = ParameterTuple(averages[p.name] for p in self.weights)
         self.grad_reducer = None
         if self.distributed:
             # mean=True whatever gradients_mean says: AGC must see the average, not the sum.
@@ -114,6 +127,10 @@ class GradientUpdate(nn.Cell):
                                             requires_grad=False)
 
     def construct(self, loss, grads):
+        if self.fold_unscale:  # the optimizer's kernel unscales (module docstring)
+            finite = all_finite(loss, grads, self.finite_kernel)
+            self.apply(grads, ops.logical_not(finite), self.scaler.inverse_scale())
+            return loss
         grads = self.scaler.unscale(grads)
         finite = all_finite(loss, grads, self.finite_kernel)
         if self.accumulation_step == 1:
@@ -139,13 +156,19 @@ class GradientUpdate(nn.Cell):
         else:
             ops.assign(self.accum_index, index)
 
-    def apply(self, grads, overflow):
-        """One optimizer step with the (local) mean gradients, unless any device overflowed."""
+    def apply(self, grads, overflow, grad_scale=None):
+        """One optimizer step with the (local) mean gradients, unless any device overflowed;
+        grad_scale: the factor the optimizer multiplies them by first (fold_unscale), or None."""
         if self.distributed:
             overflow = self.flag_all_reduce(ops.cast(overflow, mindspore.float32)) > 0
             grads = self.grad_reducer(grads)
         if not overflow:
-            self.optimizer(grads)
-            if self.use_ema:
+            if self.fold_ema:  # the optimizer's kernel updates the averages too (module docstring)
+                self.optimizer(grads, grad_scale, self.ema_averages, self.ema.next_decays())
+            elif grad_scale is None:
+                self.optimizer(grads)
+            else:
+                self.optimizer(grads, grad_scale)
+            if self.use_ema and not self.fold_ema:
                 self.ema()
         self.scaler.update(overflow)

@@ -136,3 +136,19 @@ def test_all_finite_kernel_finds_one_bad_value_anywhere_in_any_block(bad):
         y = x.copy()
         y[position] = bad
         assert kernel(ms.Tensor(y)).asnumpy().tolist() == [0.0], position
+
+
+@pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan])
+def test_all_finite_multi_kernel_checks_every_tensor_in_one_launch(bad):
+    """AllFiniteMulti over 40 tensors of mixed shapes (one of 200,001 elements: blocks and a ragged
+    tail): 1 when all are finite, 0 when any one element of any tensor is not; real MindSpore on CPU."""
+    kernel = cpu_kernels.all_finite_multi_op()
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal((3 + i % 4,) * (1 + i % 3)).astype(np.float32) for i in range(39)]
+    arrays.insert(20, rng.standard_normal(200_001).astype(np.float32))
+    arrays[3].flat[0] = np.finfo(np.float32).max  # huge but finite
+    assert kernel(*map(ms.Tensor, arrays)).asnumpy().tolist() == [1.0]
+    for index, position in ((0, 0), (20, 65_536), (20, 200_000), (39, -1)):
+        bad_arrays = [a.copy() for a in arrays]
+        bad_arrays[index].flat[position] = bad
+        assert kernel(*map(ms.Tensor, bad_arrays)).asnumpy().tolist() == [0.0], (index, position)

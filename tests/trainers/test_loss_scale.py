@@ -136,3 +136,60 @@ def test_an_overflowing_micro_batch_drops_its_whole_accumulation_window(mode):
     fresh(*batches[3])
     rel, name = max_rel_diff(weights(net), weights(fresh_net))
     assert rel == 0.0, (name, rel)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("scale", [1000.0, 1024.0])
+def test_unscale_folded_into_the_fused_sgd_agc_kernel_gives_the_same_bits(mode, fused_kernels, scale):
+    """GradientUpdate.fold_unscale (the fused kernel multiplies by 1 / scale, the overflow check reads
+    the scaled gradients) against unscaling first: weights, momenta and EMA bitwise equal, real
+    MindSpore on CPU, three steps at a scale that is not a power of two (1000) and one that is."""
+    initial = weights(tiny_net())
+    runs = []
+    for fold in (True, False):
+        step, net, _ = _step(initial, loss_scale=scale, dynamic_loss_scale=True, ema=0.9)
+        assert step.update.fold_unscale  # sgd_agc with the fused kernel, one device, no accumulation
+        step.update.fold_unscale = fold
+        losses = [float(step(x, y).asnumpy()) for x, y in _batches(3)]
+        runs.append((losses, weights(step)))
+    (losses_folded, folded), (losses_plain, plain) = runs
+    assert losses_folded == losses_plain
+    assert max_rel_diff(folded, initial)[0] > 1e-3  # the steps moved the weights
+    for name in plain:
+        np.testing.assert_array_equal(folded[name], plain[name], err_msg=name)
+
+
+@pytest.mark.timeout(300)
+def test_folded_unscale_still_skips_an_overflowing_step(fused_kernels):
+    """With the unscale folded, an inf gradient (scaled) is still caught by the one-launch check."""
+    step, net, opt = _step(loss_scale=1000.0, dynamic_loss_scale=True)
+    assert step.update.fold_unscale
+    good, bad = _batches(2, with_inf=(1,))
+    step(*good)
+    before = weights(net)
+    step(*bad)
+    assert _state(step) == (500.0, 1, 1)
+    for name, value in weights(net).items():
+        np.testing.assert_array_equal(value, before[name], err_msg=name)
+
+
+@pytest.mark.timeout(300)
+def test_ema_folded_into_the_fused_sgd_agc_kernel_gives_the_same_bits(mode, fused_kernels):
+    """GradientUpdate.fold_ema (the SGD-AGC kernel updates each EMA average right after its weight)
+    against the separate EMA kernel pass: weights, momenta, averages and the EMA counter bitwise
+    equal after three steps; real MindSpore on CPU."""
+    initial = weights(tiny_net())
+    runs = []
+    for fold in (True, False):
+        step, _, _ = _step(initial, loss_scale=1000.0, dynamic_loss_scale=True, ema=0.9)
+        assert step.update.fold_ema  # a fused EMA of exactly the optimizer's weights
+        step.update.fold_ema = fold
+        for x, y in _batches(3):
+            step(x, y)
+        runs.append(weights(step))
+    folded, plain = runs
+    assert int(folded["ema_num_updates"]) == 3
+    averages = {name: value for name, value in folded.items() if name.startswith("ema.")}
+    assert max_rel_diff(averages, {name: initial[name[len("ema."):]] for name in averages})[0] > 1e-4  # moved
+    for name in plain:
+        np.testing.assert_array_equal(folded[name], plain[name], err_msg=name)

@@ -536,10 +536,17 @@ extern "C" int ChannelsToNCHWBiasBackward(int nparam, void **params, int *ndims,
 // where they are (the op is marked side_effect_mem), so no parameter-sized temporary exists.
 // params: grad, param, buf (any shape; rows = the first axis, or 1 when consts[3] asks for one
 // whole-tensor norm), consts (5,) = [clipping (<= 0: off), eps, wd, whole tensor (0/1),
-// Nesterov (0/1)], hyper (3,) = [lr, lr * momentum, momentum], out (1,) = 0.
+// Nesterov (0/1)], hyper (3,) = [lr, lr * momentum, momentum] or (4,) with the gradient's scale
+// (1 / loss scale) last, out (1,) = 0. With the scale, G is grad * scale, the product LossScaler.unscale
+// forms, taken here instead of in a gradient-sized Mul pass before the kernel (bit-identical).
+// With two more inputs before out, average (param's shape) and decay (2,) = [decay, 1 - decay], the
+// EMA update of EmaUpdate follows in the same pass on the new W (src/trainers/ema.py; the same bits
+// as EmaUpdate after the step, one read of W and one launch fewer).
 extern "C" int SgdAgcUpdate(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
                             void *, void *) {
-  if (nparam != 6 || !all_float32(6, dtypes)) return 1;
+  if ((nparam != 6 && nparam != 8) || !all_float32(nparam, dtypes)) return 1;
+  float *average = nparam == 8 ? output(params, 5) : nullptr;
+  const float ema_decay = nparam == 8 ? input(params, 6)[0] : 0.0f, ema_rest = nparam == 8 ? input(params, 6)[1] : 0.0f;
   const float *grad = input(params, 0);
   float *param = output(params, 1);
   float *buf = output(params, 2);
@@ -548,6 +555,7 @@ extern "C" int SgdAgcUpdate(int nparam, void **params, int *ndims, int64_t **sha
   const float clipping = consts[0], eps = consts[1], wd = consts[2];
   const bool nesterov = consts[4] != 0.0f;
   const float lr = hyper[0], lr_momentum = hyper[1], momentum = hyper[2];
+  const float scale = numel(ndims[4], shapes[4]) >= 4 ? hyper[3] : 1.0f;  // x * 1 is x: the same bits
   const int64_t n = numel(ndims[0], shapes[0]);
   const int64_t rows = (consts[3] != 0.0f || ndims[0] == 0) ? 1 : shapes[0][0];
   const int64_t k = n / rows;
@@ -560,7 +568,8 @@ extern "C" int SgdAgcUpdate(int nparam, void **params, int *ndims, int64_t **sha
       double gsq = 0.0, psq = 0.0;
 #pragma omp simd reduction(+ : gsq, psq)
       for (int64_t j = 0; j < k; ++j) {
-        gsq += static_cast<double>(gr[j]) * gr[j];
+        const float g = gr[j] * scale;
+        gsq += static_cast<double>(g) * g;
         psq += static_cast<double>(pr[j]) * pr[j];
       }
       const float max_norm = clipping * std::max(static_cast<float>(std::sqrt(psq)), eps);
@@ -569,20 +578,24 @@ extern "C" int SgdAgcUpdate(int nparam, void **params, int *ndims, int64_t **sha
     }
     if (nesterov) {
       for (int64_t j = 0; j < k; ++j) {
-        const float g = gr[j] * factor + wd * pr[j];
+        const float g = (gr[j] * scale) * factor + wd * pr[j];
         const float b = br[j] * momentum + g;
         br[j] = b;
         pr[j] = (pr[j] - lr_momentum * b) - lr * g;
       }
     } else {
       for (int64_t j = 0; j < k; ++j) {
-        const float b = br[j] * momentum + (gr[j] * factor + wd * pr[j]);
+        const float b = br[j] * momentum + ((gr[j] * scale) * factor + wd * pr[j]);
         br[j] = b;
         pr[j] = pr[j] - lr * b;
       }
     }
+    if (average != nullptr) {  // W's row is still in cache
+      float *ar = average + r * k;
+      for (int64_t j = 0; j < k; ++j) ar[j] = ar[j] * ema_decay + pr[j] * ema_rest;
+    }
   });
-  output(params, 5)[0] = 0.0f;
+  output(params, nparam - 1)[0] = 0.0f;
   return 0;
 }
 
@@ -624,6 +637,33 @@ extern "C" int AllFinite(int nparam, void **params, int *ndims, int64_t **shapes
   float sum = 0.0f;
   for (float p : partial) sum += p;
   output(params, 1)[0] = sum == 0.0f ? 1.0f : 0.0f;
+  return 0;
+}
+
+// AllFinite over every input tensor in one launch (the overflow check of all of a step's gradients;
+// per tensor it was 233 kernels plus a slice and a compare each on F0). params: x_0 ... x_{m-1}, out (1,).
+extern "C" int AllFiniteMulti(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *,
+                              void *) {
+  if (nparam < 2 || !all_float32(nparam, dtypes)) return 1;
+  constexpr int64_t kBlock = 1 << 16;
+  std::vector<std::pair<const float *, int64_t>> blocks;  // (start, length) of each block of each tensor
+  for (int i = 0; i + 1 < nparam; ++i) {
+    const float *x = input(params, i);
+    const int64_t n = numel(ndims[i], shapes[i]);
+    for (int64_t begin = 0; begin < n; begin += kBlock) blocks.emplace_back(x + begin, std::min(kBlock, n - begin));
+  }
+  std::vector<float> partial(blocks.size(), 0.0f);
+  parallel_for(static_cast<int64_t>(blocks.size()), [&](int64_t b) {
+    const float *x = blocks[static_cast<size_t>(b)].first;
+    const int64_t n = blocks[static_cast<size_t>(b)].second;
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < n; ++j) sum += x[j] * 0.0f;
+    partial[static_cast<size_t>(b)] = sum;
+  });
+  float sum = 0.0f;
+  for (float p : partial) sum += p;
+  output(params, nparam - 1)[0] = sum == 0.0f ? 1.0f : 0.0f;
   return 0;
 }
 

@@ -255,8 +255,9 @@ def _in_place(name):
 
 
 def sgd_agc_update_op():
-    """SgdAgcUpdate(grad, param, momentum buffer, consts (5,), hyper (3,)): one SGD-AGC step written
-    into param and buffer (the arithmetic of src/tools/sgd_agc.py; consts and hyper in cpu_kernels.cc)."""
+    """SgdAgcUpdate(grad, param, momentum buffer, consts (5,), hyper (3,) or (4,)): one SGD-AGC step written
+    into param and buffer (the arithmetic of src/tools/sgd_agc.py; consts and hyper in cpu_kernels.cc; a 4th
+    hyper entry multiplies the gradient first: the loss scale's unscale, folded in)."""
     return _in_place("SgdAgcUpdate")
 
 
@@ -269,6 +270,12 @@ def ema_update_op():
 def all_finite_op():
     """AllFinite(x) -> (1,) float32: 1 when every element of x is finite, else 0 (one pass)."""
     return _custom("AllFinite", lambda x: (1,), lambda x: x)
+
+
+def all_finite_multi_op():
+    """AllFiniteMulti(x_0, ..., x_m) -> (1,) float32: 1 when every element of every x_i is finite, else 0:
+    the whole step's overflow check in one launch (one AllFinite, a slice and a compare per gradient before)."""
+    return _custom("AllFiniteMulti", lambda *shapes: (1,), lambda *dtypes: dtypes[0])
 
 
 def _out_hw(x_shape, geometry_shape):
