@@ -163,7 +163,7 @@ def build_train_dataset(cfg, ctx, start_epoch=0, bad_file_log=None, skip_batches
 
 def build_lr_schedule(cfg, steps_per_epoch, group_size):
     """(per-optimizer-step lr array, peak lr, global batch); peak = base_lr * global batch / 256."""
-    from src.tools.schedulers import create_scheduler, scale_lr
+    from src.optim.schedulers import create_scheduler, scale_lr
 
     global_batch = cfg.batch_size * group_size * cfg.accumulation_step
     peak_lr = scale_lr(cfg.base_lr, global_batch, cfg.lr_reference_batch)
@@ -174,7 +174,7 @@ def build_lr_schedule(cfg, steps_per_epoch, group_size):
 
 
 def build_optimizer(cfg, network, lr_schedule):
-    from src.tools.optimizer import create_optimizer
+    from src.optim.optimizer import create_optimizer
 
     return create_optimizer(network, cfg.optimizer, lr=lr_schedule, weight_decay=cfg.weight_decay,
                             momentum=cfg.momentum, nesterov=cfg.use_nesterov, clipping=cfg.clipping, eps=cfg.eps,
@@ -188,7 +188,7 @@ def build_trainer(cfg, network, loss_fn, optimizer):
     rest_of_epoch: a dataset of the remaining batches of epoch initial_epoch + 1, which a stopped run
     had begun; it runs first, as a pass of its own (callbacks[0] must then be a ResumePosition), and
     `dataset` continues with the next epoch. In a distributed run, run() ends the process with one
-    error line when a rank is lost (see src.tools.context.lost_rank_ends_process).
+    error line when a rank is lost (see src.run.context.lost_rank_ends_process).
     """
     from src.trainers import EMA, FunctionalTrainer, create_train_step
 
@@ -216,7 +216,7 @@ def build_trainer(cfg, network, loss_fn, optimizer):
 
 
 def _resumable_run(cfg, train_pass):
-    from src.tools.context import lost_rank_ends_process
+    from src.run.context import lost_rank_ends_process
 
     def run(dataset, callbacks, initial_epoch, rest_of_epoch=None):
         with lost_rank_ends_process(cfg.cluster_timeout):
@@ -232,7 +232,7 @@ def _resumable_run(cfg, train_pass):
 
 def build_eval_fn(cfg, ctx, train_cell, network, val_dataset):
     """Evaluation during training: the EMA weights when kept and use_ema, else the raw weights."""
-    from src.tools.criterion import create_loss
+    from src.trainers.loss import create_loss
     from src.trainers import ema_weights_applied, evaluate
 
     loss_fn = create_loss(reduction="none")
@@ -251,9 +251,9 @@ def build_callbacks(cfg, ctx, log, output_dir, manager, train_cell, eval_fn, mic
     """Resume position, progress, non-finite guard, stop on a signal (stop_request: a StopRequest), stop at
     max_steps (train.py --max_steps), evaluation + best checkpoint, unreadable-file report, periodic
     checkpoints, metrics CSV + curves."""
-    from src.tools.callbacks import (BadFileReport, CheckpointCallback, EvalCallback, NonFiniteLossGuard,
+    from src.run.callbacks import (BadFileReport, CheckpointCallback, EvalCallback, NonFiniteLossGuard,
                                      ProgressLogger, ResumePosition, StepLimit, StopOnSignal)
-    from src.tools.metrics_log import MetricsCSV
+    from src.run.metrics_log import MetricsCSV
 
     callbacks = [
         ResumePosition(micro_steps, skip_steps),

@@ -140,9 +140,11 @@ MAY_IMPORT = {
     "src.models": GROUND,
     "src.data": GROUND,
     "src.trainers": GROUND | {"src.models"},
-    "src.tools": GROUND | {"src.config", "src.models", "src.data", "src.trainers"},
-    "src.builders": GROUND | {"src.config", "src.models", "src.data", "src.trainers", "src.tools"},
-    "src.deploy": GROUND | {"src.config", "src.models", "src.data", "src.trainers", "src.tools", "src.builders"},
+    "src.optim": GROUND | {"src.models"},
+    "src.run": GROUND | {"src.config", "src.models", "src.data", "src.trainers", "src.optim"},
+    "src.builders": GROUND | {"src.config", "src.models", "src.data", "src.trainers", "src.optim", "src.run"},
+    "src.deploy": GROUND | {"src.config", "src.models", "src.data", "src.trainers", "src.optim", "src.run",
+                            "src.builders"},
     "src": set(),
 }
 
@@ -151,3 +153,9 @@ def test_each_layer_imports_only_the_layers_below_it():
     upward = sorted((m, t) for m, targets in _graph().items() for t in targets
                     if _layer(t) != _layer(m) and _layer(t) not in MAY_IMPORT[_layer(m)])
     assert upward == []
+
+
+def test_the_runtime_never_imports_the_maintenance_tools():
+    """tools/ (generators, weight conversion) are commands run by hand or by tests; src/ runs without them."""
+    assert sorted((m, t) for m, path in MODULES.items() for t, _ in _imports(m, path)
+                  if t == "tools" or t.startswith("tools.")) == []

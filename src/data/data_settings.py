@@ -1,6 +1,6 @@
 """The data settings a checkpoint carries, so evaluation and deployment agree with training.
 
-A checkpoint written by train.py, or converted from timm by src/tools/convert_weights.py,
+A checkpoint written by train.py, or converted from timm by tools/convert_weights.py,
 holds one extra entry, ``data_settings``: JSON text with
 
     arch, num_classes         the network the weights belong to

@@ -17,7 +17,7 @@ def create_model(name, num_classes=1000, drop_rate=0.0, drop_path_rate=0.0, drop
         drop_path_mode: "deepmind" (rate*i/N, no rescale) or "timm" (linspace, rescaled by 1/keep).
         in_chans: input channels.
         checkpoint_path: MindSpore .ckpt/.safetensors to load (a timm checkpoint converted by
-            `python -m src.tools.convert_weights`).
+            `python -m tools.convert_weights`).
         checkpoint_prefix: name prefix of the weights inside the checkpoint (e.g. "ema." for EMA weights).
         finetune: keep a freshly initialized classifier when the checkpoint's has another class count.
         load_report: dict filled with what was loaded and re-initialized (see load_model_weights).

@@ -1,6 +1,6 @@
 """Convert a timm dm_nfnet_f* checkpoint or DeepMind's haiku release into a MindSpore .ckpt.
 
-    python -m src.tools.convert_weights INPUT OUTPUT [--arch dm_nfnet_f0] [--overwrite]
+    python -m tools.convert_weights INPUT OUTPUT [--arch dm_nfnet_f0] [--overwrite]
 
 INPUT is one of
 - a timm state dict as published on the timm hub (model.safetensors) or a PyTorch .pth/.bin
@@ -433,7 +433,7 @@ def convert(input_path, output_path, arch=None):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m src.tools.convert_weights", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.convert_weights", description=__doc__.split("\n")[0])
     parser.add_argument("input", help="timm checkpoint (.safetensors, or .pth/.bin with torch installed) "
                                       "or DeepMind's haiku release (.npz)")
     parser.add_argument("output", help="MindSpore .ckpt to write")

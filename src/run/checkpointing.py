@@ -504,7 +504,7 @@ def prepare_output_dir(output_dir, overwrite=False, resume=None, is_main=True, s
                        data_path=None):
     """The directory this run writes to; an existing non-empty one is never silently reused.
 
-    Rank 0 (is_main) decides (src.tools.run_dir.choose_output_suffix: fresh, resumed,
+    Rank 0 (is_main) decides (src.run.run_dir.choose_output_suffix: fresh, resumed,
     overwritten only when this project created it, else `<output_dir>-n`). Other ranks must
     not look for themselves: rank 0 may already have created or filled the directory by then.
     They get rank 0's decision through `share` (RunContext.from_main: rank 0's integer on every
@@ -513,7 +513,7 @@ def prepare_output_dir(output_dir, overwrite=False, resume=None, is_main=True, s
     not exist yet, and each rank writes its own log there. `resume` is the --resume value and
     `data_path` the dataset root (run_dir.check_output_dir's rules).
     """
-    from src.tools.run_dir import choose_output_suffix, mark_project_dir
+    from src.run.run_dir import choose_output_suffix, mark_project_dir
 
     output_dir = os.path.normpath(output_dir)
     if not is_main and share is None:
