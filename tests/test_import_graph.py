@@ -159,3 +159,17 @@ def test_the_runtime_never_imports_the_maintenance_tools():
     """tools/ (generators, weight conversion) are commands run by hand or by tests; src/ runs without them."""
     assert sorted((m, t) for m, path in MODULES.items() for t, _ in _imports(m, path)
                   if t == "tools" or t.startswith("tools.")) == []
+
+
+# The CPU backend's C++ kernels are chosen at one seam (docs/architecture.md): the kernels' own module,
+# layers/config.py that hands them out (active_forms, fused_update_kernel, set_kernel_threads) and
+# fast_forms.py that swaps the layers' fused forms in. The optimizer, EMA, update cells and the device
+# context ask config.py.
+KERNEL_SEAM = {"src/models/layers/cpu_kernels.py", "src/models/layers/config.py", "src/models/layers/fast_forms.py"}
+ENTRY_POINTS = ["train.py", "eval.py", "export.py", "predict.py", "preprocess.py", "postprocess.py"]
+
+
+def test_only_the_backend_seam_names_the_cpu_kernels():
+    paths = list(MODULES.values()) + [os.path.join(ROOT, name) for name in ENTRY_POINTS]
+    naming = {os.path.relpath(p, ROOT) for p in paths if "cpu_kernels" in open(p, encoding="utf-8").read()}
+    assert naming == KERNEL_SEAM

@@ -42,14 +42,14 @@ _finite_fused = ops.MultitypeFuncGraph("finite_fused")
 
 @_finite_fused.register("Function", "Tensor")
 def _finite_fused_tensor(kernel, grad):
-    return kernel(grad)[0] > 0.5  # cpu_kernels.AllFinite: 1.0 when every element is finite
+    return kernel(grad)[0] > 0.5  # the fused AllFinite kernel: 1.0 when every element is finite
 
 
 def all_finite(loss, grads, kernel=None):
     """True (a bool scalar Tensor) when the loss and every gradient are finite.
 
-    kernel: cpu_kernels.all_finite_op() (float32 gradients), one multi-threaded pass per
-    gradient instead of a ReduceSum (3 % of the F0 CPU train step, profiled); None: operators.
+    kernel: fused_update_kernel("all_finite") (models/layers/config.py; float32 gradients), one
+    multi-threaded pass per gradient instead of a ReduceSum (3 % of the F0 CPU train step, profiled); None: operators.
     """
     if kernel is not None:
         flags = ops.HyperMap()(ops.partial(_finite_fused, kernel), grads)
