@@ -8,7 +8,7 @@ import os
 
 
 def build_network(cfg, checkpoint_path=None, checkpoint_prefix="", finetune=None, log_fn=None, fast_forms=True,
-                  require_finite=False):
+                  require_finite=False, checkpoint_weights=None):
     """create_model with the config's architecture, classes and regularization.
 
     fast_forms: the backend's fast forms for training and evaluation (on CPU, where training
@@ -16,6 +16,7 @@ def build_network(cfg, checkpoint_path=None, checkpoint_prefix="", finetune=None
     With log_fn, what was loaded from the checkpoint and what was re-initialized (and why)
     is logged (train.py: the pretrained weights of a fine-tune). require_finite: a checkpoint
     tensor holding NaN or inf is refused in one line naming it (train.py's --pretrained).
+    checkpoint_weights: the checkpoint as read already (build_eval_network), not read again.
     """
     from src.models import create_model
 
@@ -25,7 +26,7 @@ def build_network(cfg, checkpoint_path=None, checkpoint_prefix="", finetune=None
                            drop_path_rate=cfg.drop_path_rate, drop_path_mode=cfg.drop_path_mode,
                            checkpoint_path=checkpoint_path, checkpoint_prefix=checkpoint_prefix,
                            finetune=finetune, load_report=report, fast_forms=fast_forms,
-                           ws_form=cfg.ws_form, gelu_form=cfg.gelu_form)
+                           ws_form=cfg.ws_form, gelu_form=cfg.gelu_form, checkpoint_weights=checkpoint_weights)
     if checkpoint_path and require_finite:
         check_finite_weights(network, report["loaded"], checkpoint_path)
     if checkpoint_path and log_fn is not None:
@@ -39,7 +40,7 @@ def check_finite_weights(network, names, checkpoint_path):
     loaded from `checkpoint_path`: training from them would diverge at the first step)."""
     import numpy as np
 
-    from src.models.checkpoint import CheckpointError
+    from src.checkpoint_file import CheckpointError
 
     bad = []
     for name, param in network.parameters_and_names():
@@ -61,11 +62,12 @@ def build_eval_network(cfg, checkpoint_path, fast_forms=True):
     written by train.py), otherwise its weights (e.g. converted from timm). eval.py builds with
     the backend's fast forms, export with the plain ones (fast_forms=False).
     """
-    from src.models import EMA_PREFIX, checkpoint_has_prefix
+    from src.models.checkpoint import EMA_PREFIX, has_prefix, read_checkpoint
 
-    ema = bool(cfg.use_ema) and checkpoint_has_prefix(checkpoint_path, EMA_PREFIX)
+    stored = read_checkpoint(checkpoint_path)  # the one read: the EMA check and the weights
+    ema = bool(cfg.use_ema) and has_prefix(stored, EMA_PREFIX)
     network = build_network(cfg, checkpoint_path=checkpoint_path, checkpoint_prefix=EMA_PREFIX if ema else "",
-                            finetune=False, fast_forms=fast_forms)
+                            finetune=False, fast_forms=fast_forms, checkpoint_weights=stored)
     network.set_train(False)
     return network, ema
 

@@ -137,14 +137,16 @@ GROUND = {"src.errors", "src.atomic", "src.variants"}
 MAY_IMPORT = {
     "src.errors": set(), "src.atomic": set(), "src.variants": set(),
     "src.config": GROUND,
-    "src.models": GROUND,
-    "src.data": GROUND,
-    "src.trainers": GROUND | {"src.models"},
+    "src.checkpoint_file": GROUND,
+    "src.models": GROUND | {"src.checkpoint_file"},
+    "src.data": GROUND | {"src.checkpoint_file"},
+    "src.trainers": GROUND | {"src.checkpoint_file", "src.models"},
     "src.optim": GROUND | {"src.models"},
-    "src.run": GROUND | {"src.config", "src.models", "src.data", "src.trainers", "src.optim"},
-    "src.builders": GROUND | {"src.config", "src.models", "src.data", "src.trainers", "src.optim", "src.run"},
-    "src.deploy": GROUND | {"src.config", "src.models", "src.data", "src.trainers", "src.optim", "src.run",
-                            "src.builders"},
+    "src.run": GROUND | {"src.config", "src.checkpoint_file", "src.models", "src.data", "src.trainers", "src.optim"},
+    "src.builders": GROUND | {"src.config", "src.checkpoint_file", "src.models", "src.data", "src.trainers",
+                              "src.optim", "src.run"},
+    "src.deploy": GROUND | {"src.config", "src.checkpoint_file", "src.models", "src.data", "src.trainers",
+                            "src.optim", "src.run", "src.builders"},
     "src": set(),
 }
 
