@@ -13,7 +13,7 @@ The seed's --pretrained <ckpt> is accepted in place of --checkpoint. With use_em
 default) a training checkpoint is scored with its EMA weights, as evaluation during
 training does; a weights-only checkpoint (e.g. converted from timm) with its weights.
 With enable_modelarts, data_url is copied to data_path first and the metrics file goes to
-train_url at the end (src/tools/modelarts.py).
+train_url at the end (src/run/modelarts.py).
 
 The metrics file is checked before anything runs: a new file (--overwrite replaces one, never
 the checkpoint) in an existing, writable folder. Beside it, <output stem>_bad_files.txt lists
@@ -57,8 +57,8 @@ def main(argv=None):
     class_names = (record or {}).get("classes")
     skipped = []  # entries the folder scan left out, for bad_files.txt
     check_layout = _layout_check(class_names, skipped)
-    from src.tools.context import fall_back_device, fit_to_machine, init_context
-    from src.tools.modelarts import check_before_init, data_and_results
+    from src.run.context import fall_back_device, fit_to_machine, init_context
+    from src.run.modelarts import check_before_init, data_and_results
 
     cfg = fall_back_device(cfg, args.cli_keys)  # no --device_target: what this MindSpore runs
     cfg = fit_to_machine(cfg, explicit=args.cli_keys)  # a device named but missing stops here, in one line
@@ -113,8 +113,8 @@ def evaluate_checkpoint(cfg, ctx, checkpoint, output, record=None, skipped=()):
     """
     from src.builders import build_eval_dataset, build_eval_network
     from src.data.dataset import read_bad_file_log, reported_data_errors
-    from src.deploy.progress import ProgressBar
-    from src.tools.criterion import create_loss
+    from src.run.progress import ProgressBar
+    from src.trainers.loss import create_loss
     from src.trainers import evaluate
 
     network, use_ema = build_eval_network(cfg, checkpoint)

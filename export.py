@@ -54,7 +54,7 @@ def main(argv=None):
         print(applied_note(changed, checkpoint))
 
     from src.deploy.export import run_export
-    from src.tools.context import fall_back_device
+    from src.run.context import fall_back_device
 
     if cfg.file_format != "AIR":  # AIR needs Ascend: run_export says so
         cfg = fall_back_device(cfg, args.cli_keys)  # no --device_target: what this MindSpore runs

@@ -59,7 +59,7 @@ def main(argv=None):
     fmt = output_format(args.output, args.format) if args.output else None
     class_names = read_class_names(args.class_names) if args.class_names else None
     paths = collect_images(args.inputs)
-    from src.tools.context import fall_back_device, fit_to_machine
+    from src.run.context import fall_back_device, fit_to_machine
 
     if args.model and args.model.lower().endswith(".onnx"):
         cfg = cfg.replace(device_target="CPU")  # ONNX Runtime runs it; MindSpore only loads the images
@@ -87,7 +87,7 @@ def main(argv=None):
     from src.data.dataset import create_file_dataset, read_bad_file_log, reported_data_errors
     from src.data.folder import escape_name
     from src.deploy.predict import bad_files_path, format_line, format_predictions, predict, write_predictions
-    from src.deploy.progress import ProgressBar
+    from src.run.progress import ProgressBar
 
     transform = build_eval_transform(cfg, record)
     note(f"{len(paths)} images, batch {runner.batch_size}; evaluation transform: {describe_transform(cfg, record)}")
@@ -151,7 +151,7 @@ def create_runner(cfg, args, model_path):
 
     batch = cfg.eval_batch_size or DEFAULT_BATCH
     if args.checkpoint:
-        from src.tools.context import init_context
+        from src.run.context import init_context
 
         init_context(cfg.device_target, cfg.device_id, cfg.mode, cfg.seed)
         return runners.CheckpointRunner(cfg, model_path, batch), cfg

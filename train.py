@@ -8,9 +8,9 @@ keep_checkpoint_max epochs and <arch>_best.ckpt), metrics.csv and curves.png. In
 distributed run rank 0 alone decides on it and writes these; rank r logs to train_rank<r>.log.
 Every input (data, --resume and --pretrained checkpoints) is checked before the run directory is
 prepared, so a refused command writes nothing; train.py writes only in a directory it created or
-the run directory it resumes, never inside data_path (src/tools/run_dir.py).
+the run directory it resumes, never inside data_path (src/run/run_dir.py).
 With enable_modelarts, data_url is copied to data_path first and the run directory goes to
-train_url at the end (src/tools/modelarts.py).
+train_url at the end (src/run/modelarts.py).
 
 Every checkpoint carries the run's class names and evaluation transform
 (src/data/data_settings.py), so eval.py, export.py, preprocess.py and predict.py need no
@@ -22,7 +22,7 @@ auto continues with the next step.
 Exit status: 0 done (also: --resume auto of a finished run, which changes nothing); 1 training
 diverged or a rank was lost; 2 a one-line `error:` (a setting, the data, a checkpoint, a write the
 filesystem refused); 143 / 130 stopped by SIGTERM / Ctrl-C after writing a mid-epoch checkpoint
-that --resume auto continues from (src/tools/preemption.py).
+that --resume auto continues from (src/run/preemption.py).
 """
 import os
 import time
@@ -44,10 +44,10 @@ def main(argv=None):
                           add_script_args=add_train_args, shown_keys=USED_KEYS)
     if args.max_steps is not None and args.max_steps < 1:
         raise UserError(f"command line: --max_steps must be >= 1, got {args.max_steps}")
-    from src.tools.context import fit_to_machine, init_context
-    from src.tools.modelarts import check_before_init, data_and_results
-    from src.tools.preemption import StopRequest, end_with_parent
-    from src.tools.run_dir import check_output_dir
+    from src.run.context import fit_to_machine, init_context
+    from src.run.modelarts import check_before_init, data_and_results
+    from src.run.preemption import StopRequest, end_with_parent
+    from src.run.run_dir import check_output_dir
 
     notices = []  # the settings' notices (workers lowered), printed and in train.log once it exists
     cfg = fit_to_machine(cfg, notice=notices.append)  # a device this machine lacks stops here, in one line
@@ -55,7 +55,7 @@ def main(argv=None):
     check_output_dir(cfg.output_dir, cfg.overwrite_output, cfg.resume, cfg.data_path)
     if os.environ.get("MS_ROLE"):  # msrun's processes (msrun waits for them; other launchers may not)
         end_with_parent()  # a killed launcher takes its workers with it
-    from src.tools.checkpointing import describe_kept, write_errors_reported
+    from src.run.checkpointing import describe_kept, write_errors_reported
 
     ctx = init_context(cfg.device_target, cfg.device_id, cfg.mode, cfg.seed, cfg.deterministic, cfg.distribute,
                        cfg.cluster_timeout)
@@ -95,11 +95,11 @@ def train(cfg, ctx, stop_request=None, max_steps=None, run_dir=None, notices=())
     from src import builders
     from src.data.data_settings import checkpoint_entry, settings_from_config
     from src.data.folder import split_classes
-    from src.tools.checkpointing import CheckpointManager, prepare_output_dir
-    from src.tools.criterion import create_loss
-    from src.tools.framework_warnings import divert_framework_warnings
-    from src.tools.logger import RunLogger
-    from src.tools.preemption import exit_status
+    from src.run.checkpointing import CheckpointManager, prepare_output_dir
+    from src.trainers.loss import create_loss
+    from src.run.framework_warnings import divert_framework_warnings
+    from src.run.logger import RunLogger
+    from src.run.preemption import exit_status
 
     early = list(notices)  # log lines of the checks, on the console and in train.log once it exists
     shape = dict(batch_size=cfg.batch_size, device_num=ctx.group_size, accumulation_step=cfg.accumulation_step,
@@ -161,7 +161,7 @@ def train(cfg, ctx, stop_request=None, max_steps=None, run_dir=None, notices=())
                                          skip_steps=skip_steps, max_steps=max_steps,
                                          epoch_so_far=resume.so_far)
     from src.data.dataset import reported_data_errors
-    from src.tools.callbacks import NonFiniteLossGuard, StopOnSignal
+    from src.run.callbacks import NonFiniteLossGuard, StopOnSignal
 
     start = time.time()
     with reported_data_errors():

@@ -15,7 +15,7 @@ import sys
 
 
 def evaluated_epochs(csv_path):
-    """(epoch, top1) of metrics.csv's evaluated epochs (src/tools/metrics_log.py; the last row of an epoch wins).
+    """(epoch, top1) of metrics.csv's evaluated epochs (src/run/metrics_log.py; the last row of an epoch wins).
     Read with the csv module alone: importing src would load MindSpore for a few numbers."""
     by_epoch = {}
     with open(csv_path, newline="", encoding="utf-8") as f:

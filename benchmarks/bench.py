@@ -4,7 +4,7 @@
     make bench
 
 One run measures, on this machine with the same thread count for both frameworks (default:
-the cores this process may use; torch.set_num_threads and src.tools.context.set_cpu_threads):
+the cores this process may use; torch.set_num_threads and src.run.context.set_cpu_threads):
 
   train     dm_nfnet_f0, batch 8, 192x192, fixed random images and soft (Mixup-style) targets.
             Ours: the TrainStep cell built as train.py builds it from the F0 config (SGD-AGC,
@@ -150,7 +150,7 @@ def load_f0_config(arch, **overrides):
 def mindspore_setup(threads):
     import mindspore as ms
 
-    from src.tools.context import set_cpu_threads
+    from src.run.context import set_cpu_threads
 
     ms.set_device("CPU")
     ms.set_context(mode=ms.GRAPH_MODE)
@@ -188,7 +188,7 @@ def train_ours(opt):
     import mindspore as ms
 
     from src import builders
-    from src.tools.criterion import create_loss
+    from src.trainers.loss import create_loss
 
     mindspore_setup(opt.threads)
     cfg = load_f0_config(opt.arch, batch_size=opt.train_batch, input_size=opt.train_size)

@@ -58,7 +58,7 @@ def pipeline_img_per_s(data_path, workers, epochs, batch_size, config=F0_CONFIG)
     """img/s of each of ``epochs`` timed epochs of a fresh pipeline, after one warm-up epoch."""
     from src import builders
     from src.config import load_config
-    from src.tools.context import RunContext
+    from src.run.context import RunContext
 
     cfg = load_config(config, {"data_path": data_path, "num_parallel_workers": workers, "batch_size": batch_size})
     dataset, _ = builders.build_train_dataset(cfg, RunContext())

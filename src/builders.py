@@ -8,7 +8,7 @@ import os
 
 
 def build_network(cfg, checkpoint_path=None, checkpoint_prefix="", finetune=None, log_fn=None, fast_forms=True,
-                  require_finite=False):
+                  require_finite=False, checkpoint_weights=None):
     """create_model with the config's architecture, classes and regularization.
 
     fast_forms: the backend's fast forms for training and evaluation (on CPU, where training
@@ -16,6 +16,7 @@ def build_network(cfg, checkpoint_path=None, checkpoint_prefix="", finetune=None
     With log_fn, what was loaded from the checkpoint and what was re-initialized (and why)
     is logged (train.py: the pretrained weights of a fine-tune). require_finite: a checkpoint
     tensor holding NaN or inf is refused in one line naming it (train.py's --pretrained).
+    checkpoint_weights: the checkpoint as read already (build_eval_network), not read again.
     """
     from src.models import create_model
 
@@ -25,7 +26,7 @@ def build_network(cfg, checkpoint_path=None, checkpoint_prefix="", finetune=None
                            drop_path_rate=cfg.drop_path_rate, drop_path_mode=cfg.drop_path_mode,
                            checkpoint_path=checkpoint_path, checkpoint_prefix=checkpoint_prefix,
                            finetune=finetune, load_report=report, fast_forms=fast_forms,
-                           ws_form=cfg.ws_form, gelu_form=cfg.gelu_form)
+                           ws_form=cfg.ws_form, gelu_form=cfg.gelu_form, checkpoint_weights=checkpoint_weights)
     if checkpoint_path and require_finite:
         check_finite_weights(network, report["loaded"], checkpoint_path)
     if checkpoint_path and log_fn is not None:
@@ -39,7 +40,7 @@ def check_finite_weights(network, names, checkpoint_path):
     loaded from `checkpoint_path`: training from them would diverge at the first step)."""
     import numpy as np
 
-    from src.models.checkpoint import CheckpointError
+    from src.checkpoint_file import CheckpointError
 
     bad = []
     for name, param in network.parameters_and_names():
@@ -61,11 +62,12 @@ def build_eval_network(cfg, checkpoint_path, fast_forms=True):
     written by train.py), otherwise its weights (e.g. converted from timm). eval.py builds with
     the backend's fast forms, export with the plain ones (fast_forms=False).
     """
-    from src.models import EMA_PREFIX, checkpoint_has_prefix
+    from src.models.checkpoint import EMA_PREFIX, has_prefix, read_checkpoint
 
-    ema = bool(cfg.use_ema) and checkpoint_has_prefix(checkpoint_path, EMA_PREFIX)
+    stored = read_checkpoint(checkpoint_path)  # the one read: the EMA check and the weights
+    ema = bool(cfg.use_ema) and has_prefix(stored, EMA_PREFIX)
     network = build_network(cfg, checkpoint_path=checkpoint_path, checkpoint_prefix=EMA_PREFIX if ema else "",
-                            finetune=False, fast_forms=fast_forms)
+                            finetune=False, fast_forms=fast_forms, checkpoint_weights=stored)
     network.set_train(False)
     return network, ema
 
@@ -163,7 +165,7 @@ def build_train_dataset(cfg, ctx, start_epoch=0, bad_file_log=None, skip_batches
 
 def build_lr_schedule(cfg, steps_per_epoch, group_size):
     """(per-optimizer-step lr array, peak lr, global batch); peak = base_lr * global batch / 256."""
-    from src.tools.schedulers import create_scheduler, scale_lr
+    from src.optim.schedulers import create_scheduler, scale_lr
 
     global_batch = cfg.batch_size * group_size * cfg.accumulation_step
     peak_lr = scale_lr(cfg.base_lr, global_batch, cfg.lr_reference_batch)
@@ -174,7 +176,7 @@ def build_lr_schedule(cfg, steps_per_epoch, group_size):
 
 
 def build_optimizer(cfg, network, lr_schedule):
-    from src.tools.optimizer import create_optimizer
+    from src.optim.optimizer import create_optimizer
 
     return create_optimizer(network, cfg.optimizer, lr=lr_schedule, weight_decay=cfg.weight_decay,
                             momentum=cfg.momentum, nesterov=cfg.use_nesterov, clipping=cfg.clipping, eps=cfg.eps,
@@ -188,7 +190,7 @@ def build_trainer(cfg, network, loss_fn, optimizer, log_fn=print):
     rest_of_epoch: a dataset of the remaining batches of epoch initial_epoch + 1, which a stopped run
     had begun; it runs first, as a pass of its own (callbacks[0] must then be a ResumePosition), and
     `dataset` continues with the next epoch. In a distributed run, run() ends the process with one
-    error line when a rank is lost (see src.tools.context.lost_rank_ends_process). log_fn: where the CPU's
+    error line when a rank is lost (see src.run.context.lost_rank_ends_process). log_fn: where the CPU's
     AMP fallback is said (the run's log).
     """
     from src.trainers import EMA, FunctionalTrainer, create_train_step
@@ -222,7 +224,7 @@ def build_trainer(cfg, network, loss_fn, optimizer, log_fn=print):
 
 
 def _resumable_run(cfg, train_pass):
-    from src.tools.context import lost_rank_ends_process
+    from src.run.context import lost_rank_ends_process
 
     def run(dataset, callbacks, initial_epoch, rest_of_epoch=None):
         with lost_rank_ends_process(cfg.cluster_timeout):
@@ -238,7 +240,7 @@ def _resumable_run(cfg, train_pass):
 
 def build_eval_fn(cfg, ctx, train_cell, network, val_dataset):
     """Evaluation during training: the EMA weights when kept and use_ema, else the raw weights."""
-    from src.tools.criterion import create_loss
+    from src.trainers.loss import create_loss
     from src.trainers import ema_weights_applied, evaluate
 
     loss_fn = create_loss(reduction="none")
@@ -257,9 +259,9 @@ def build_callbacks(cfg, ctx, log, output_dir, manager, train_cell, eval_fn, mic
     """Resume position, progress, non-finite guard, stop on a signal (stop_request: a StopRequest), stop at
     max_steps (train.py --max_steps), evaluation + best checkpoint, unreadable-file report, periodic
     checkpoints, metrics CSV + curves. epoch_so_far: the mid-epoch checkpoint's sums of the skip_steps."""
-    from src.tools.callbacks import (BadFileReport, CheckpointCallback, EvalCallback, NonFiniteLossGuard,
+    from src.run.callbacks import (BadFileReport, CheckpointCallback, EvalCallback, NonFiniteLossGuard,
                                      ProgressLogger, ResumePosition, StepLimit, StopOnSignal)
-    from src.tools.metrics_log import MetricsCSV
+    from src.run.metrics_log import MetricsCSV
 
     callbacks = [
         ResumePosition(micro_steps, skip_steps),

@@ -8,7 +8,7 @@ the project spells these numbers out:
 - src/models/nfnet.py builds each registered network from its row (widths, depths);
 - src/config.py takes the allowed `arch` names and F0's row as the schema defaults, and checks
   that a config's `depths` are its arch's;
-- src/tools/variant_configs.py writes the F1-F6 YAMLs from the F0 YAML of each recipe and the
+- tools/variant_configs.py writes the F1-F6 YAMLs from the F0 YAML of each recipe and the
   rows (tests/tools/test_variant_configs.py checks they are current).
 
 Standard library only, so that checking a config never imports MindSpore.

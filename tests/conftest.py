@@ -69,7 +69,7 @@ def pytest_make_collect_report(collector):
 def _mindspore_cpu():
     import mindspore
 
-    from src.tools.context import set_cpu_threads
+    from src.run.context import set_cpu_threads
 
     mindspore.set_device("CPU")
     set_cpu_threads()

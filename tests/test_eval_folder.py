@@ -20,7 +20,7 @@ def checkpoint(tmp_path_factory):
     from src.config import load_config
     from src.data.data_settings import checkpoint_entry, settings_from_config
     from src.models import create_model
-    from src.tools.checkpointing import save_checkpoint_atomic
+    from src.run.checkpointing import save_checkpoint_atomic
 
     cfg = load_config(os.path.join(ROOT, "src", "configs", "dm_nfnet_nano_digits.yaml"))
     network = create_model("dm_nfnet_nano", num_classes=10)

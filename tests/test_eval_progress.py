@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from src.deploy.progress import ProgressBar
+from src.run.progress import ProgressBar
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "src", "configs", "dm_nfnet_nano_digits.yaml")

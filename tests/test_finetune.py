@@ -38,8 +38,8 @@ def test_max_steps_stops_mid_epoch_and_resume_auto_ends_as_the_uninterrupted_run
     run's training state (tests/reliability's tolerance, 1e-6). metrics.csv records epoch 1 once, its loss
     (the straight run's, 1e-5) and images (56) over all 7 steps; the cut run draws its 3 steps."""
     from src.data.data_settings import read_checkpoint_settings
-    from src.tools.checkpointing import read_checkpoint_meta
-    from src.tools.metrics_log import STEP_COLUMNS, read_metrics
+    from src.run.checkpointing import read_checkpoint_meta
+    from src.run.metrics_log import STEP_COLUMNS, read_metrics
 
     straight, out = str(tmp_path / "straight"), str(tmp_path / "run")
     args = ["train.py", "--config", NANO, "--device_target", "CPU", "--data_path", tiny_digits, *TINY]
@@ -107,7 +107,7 @@ def test_fine_tuning_a_converted_timm_f0_to_ten_classes_then_evaluating_it(tiny_
     weights = str(tmp_path / "model.safetensors")
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, weights)
     ckpt = str(tmp_path / "dm_nfnet_f0.ckpt")
-    result = run("-m", "src.tools.convert_weights", weights, ckpt)
+    result = run("-m", "tools.convert_weights", weights, ckpt)
     assert "resize 284x284, center crop 256, bicubic" in result.stdout
 
     out = str(tmp_path / "f0_digits")

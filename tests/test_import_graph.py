@@ -122,7 +122,7 @@ def test_no_module_imports_the_config_only_for_an_error_type():
     assert only_errors == []
 
 
-@pytest.mark.parametrize("module", ["src.errors", "src.atomic", "src.variants"])
+@pytest.mark.parametrize("module", ["src.errors", "src.atomic", "src.variants", "src.accuracy"])
 def test_the_ground_floor_imports_nothing_of_the_project(module):
     assert _graph()[module] == set()
 
@@ -132,17 +132,21 @@ def _layer(module):
     return "src.models" if parts[:2] == ["src", "models"] else ".".join(parts[:2])
 
 
-GROUND = {"src.errors", "src.atomic", "src.variants"}
+GROUND = {"src.errors", "src.atomic", "src.variants", "src.accuracy"}
 # What each layer of src/ may import besides itself (docs/architecture.md): nothing runs back up.
 MAY_IMPORT = {
-    "src.errors": set(), "src.atomic": set(), "src.variants": set(),
+    "src.errors": set(), "src.atomic": set(), "src.variants": set(), "src.accuracy": set(),
     "src.config": GROUND,
-    "src.models": GROUND,
-    "src.data": GROUND,
-    "src.trainers": GROUND | {"src.models"},
-    "src.tools": GROUND | {"src.config", "src.models", "src.data", "src.trainers"},
-    "src.builders": GROUND | {"src.config", "src.models", "src.data", "src.trainers", "src.tools"},
-    "src.deploy": GROUND | {"src.config", "src.models", "src.data", "src.trainers", "src.tools", "src.builders"},
+    "src.checkpoint_file": GROUND,
+    "src.models": GROUND | {"src.checkpoint_file"},
+    "src.data": GROUND | {"src.checkpoint_file"},
+    "src.trainers": GROUND | {"src.checkpoint_file", "src.models"},
+    "src.optim": GROUND | {"src.models"},
+    "src.run": GROUND | {"src.config", "src.checkpoint_file", "src.models", "src.data", "src.trainers", "src.optim"},
+    "src.builders": GROUND | {"src.config", "src.checkpoint_file", "src.models", "src.data", "src.trainers",
+                              "src.optim", "src.run"},
+    "src.deploy": GROUND | {"src.config", "src.checkpoint_file", "src.models", "src.data", "src.trainers",
+                            "src.optim", "src.run", "src.builders"},
     "src": set(),
 }
 
@@ -151,3 +155,23 @@ def test_each_layer_imports_only_the_layers_below_it():
     upward = sorted((m, t) for m, targets in _graph().items() for t in targets
                     if _layer(t) != _layer(m) and _layer(t) not in MAY_IMPORT[_layer(m)])
     assert upward == []
+
+
+def test_the_runtime_never_imports_the_maintenance_tools():
+    """tools/ (generators, weight conversion) are commands run by hand or by tests; src/ runs without them."""
+    assert sorted((m, t) for m, path in MODULES.items() for t, _ in _imports(m, path)
+                  if t == "tools" or t.startswith("tools.")) == []
+
+
+# The CPU backend's C++ kernels are chosen at one seam (docs/architecture.md): the kernels' own module,
+# layers/config.py that hands them out (active_forms, fused_update_kernel, set_kernel_threads) and
+# fast_forms.py that swaps the layers' fused forms in. The optimizer, EMA, update cells and the device
+# context ask config.py.
+KERNEL_SEAM = {"src/models/layers/cpu_kernels.py", "src/models/layers/config.py", "src/models/layers/fast_forms.py"}
+ENTRY_POINTS = ["train.py", "eval.py", "export.py", "predict.py", "preprocess.py", "postprocess.py"]
+
+
+def test_only_the_backend_seam_names_the_cpu_kernels():
+    paths = list(MODULES.values()) + [os.path.join(ROOT, name) for name in ENTRY_POINTS]
+    naming = {os.path.relpath(p, ROOT) for p in paths if "cpu_kernels" in open(p, encoding="utf-8").read()}
+    assert naming == KERNEL_SEAM

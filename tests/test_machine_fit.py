@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from src.tools.context import available_cores, device_available
+from src.run.context import available_cores, device_available
 from test_readme import readme_commands
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -41,7 +41,7 @@ COVERAGE = [
     (r"python train\.py --config src/configs/dm_nfnet_f0\.yaml --data_path /data/imagenet --device_target CPU .*",
      "tests/test_machine_fit.py", "test_readme_f0_cpu_commands_train_and_evaluate"),
     (r"python train\.py .* --resume auto", "tests/reliability/test_interruption.py", '"auto"'),
-    (r"python train\.py .* --enable_modelarts true .*", "tests/tools/test_modelarts.py", "enable_modelarts"),
+    (r"python train\.py .* --enable_modelarts true .*", "tests/run/test_modelarts.py", "enable_modelarts"),
     (r"python eval\.py --config src/configs/dm_nfnet_f0\.yaml .*",
      "tests/test_machine_fit.py", "test_readme_f0_cpu_commands_train_and_evaluate"),
     (r"python export\.py .*", "tests/deploy/test_export.py", "export.py"),
@@ -49,7 +49,7 @@ COVERAGE = [
      "tests/test_finetune.py", "test_fine_tuning_a_converted_timm_f0_to_ten_classes_then_evaluating_it"),
     (r"python eval\.py --checkpoint .*", "tests/test_finetune.py", 'run("eval.py", "--checkpoint", tuned'),
     (r"python predict\.py .*", "tests/test_predict.py", '"predict.py"'),
-    (r"python -m src\.tools\.convert_weights .*", "tests/tools/test_convert_weights.py", "convert_weights"),
+    (r"python -m tools\.convert_weights .*", "tests/tools/test_convert_weights.py", "convert_weights"),
     (r"python -m src\.data\.to_mindrecord .*", "tests/data/test_mindrecord.py", "to_mindrecord"),
     (r"python preprocess\.py .*", "tests/deploy/test_preprocess.py", "preprocess"),
     (r"python postprocess\.py .*", "tests/deploy/test_postprocess.py", "postprocess"),
@@ -71,14 +71,14 @@ def _covering(command):
 
 
 def test_readme_parameters_tables_are_current():
-    result = subprocess.run([sys.executable, "-m", "src.tools.config_table", "--check"], cwd=ROOT,
+    result = subprocess.run([sys.executable, "-m", "tools.config_table", "--check"], cwd=ROOT,
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
 
 
 def test_parameters_table_lists_every_config_key():
     from src.config import SCHEMA
-    from src.tools.config_table import compact_table, markdown_table
+    from tools.config_table import compact_table, markdown_table
 
     for name in SCHEMA:
         assert f"`{name}`" in markdown_table() and f"`{name}`" in compact_table(), name
@@ -133,7 +133,7 @@ def _outputs(command):
     if "export.py" in words and "--file_name" in words:
         name = words[words.index("--file_name") + 1]
         found += [f"{name}.mindir", f"{name}.onnx"]
-    if "src.tools.convert_weights" in words:
+    if "tools.convert_weights" in words:
         found.append(words[4])
     if "train.py" in words and "--output_dir" not in words and "--config" in words:
         from src.config import load_config
@@ -150,7 +150,7 @@ def _inputs(command):
     words = command.split()
     skip = {i + 1 for i, word in enumerate(words) if word in ("--output_dir", "--output", "--output_path",
                                                              "--train_url", "--file_name")}
-    if "src.tools.convert_weights" in words:
+    if "tools.convert_weights" in words:
         skip.add(4)  # its output
     values = [word.split("=", 1)[1] if word.startswith("--") and "=" in word else word
               for i, word in enumerate(words) if i not in skip]

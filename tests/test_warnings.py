@@ -56,8 +56,8 @@ def test_mindspore_warnings_go_to_the_log_not_the_console(tmp_path):
     script.write_text(
         "import sys, warnings\n"
         f"sys.path.insert(0, {ROOT!r})\n"
-        "from src.tools.framework_warnings import divert_framework_warnings\n"
-        "from src.tools.logger import RunLogger\n"
+        "from src.run.framework_warnings import divert_framework_warnings\n"
+        "from src.run.logger import RunLogger\n"
         f"log = RunLogger({str(tmp_path / 'train.log')!r})\n"
         "divert_framework_warnings(log.to_file)\n"
         "import mindspore\n"

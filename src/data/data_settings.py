@@ -1,6 +1,6 @@
 """The data settings a checkpoint carries, so evaluation and deployment agree with training.
 
-A checkpoint written by train.py, or converted from timm by src/tools/convert_weights.py,
+A checkpoint written by train.py, or converted from timm by tools/convert_weights.py,
 holds one extra entry, ``data_settings``: JSON text with
 
     arch, num_classes         the network the weights belong to
@@ -24,11 +24,12 @@ import json
 import os
 
 from src.atomic import write_json
+from src.checkpoint_file import SETTINGS_KEY, read_text_entry
 from src.errors import UserError
 
 from .transforms import IMAGENET_MEAN, IMAGENET_STD
 
-RECORD_KEY = "data_settings"
+RECORD_KEY = SETTINGS_KEY  # the checkpoint entry that holds the record (src/checkpoint_file.py)
 # the config keys of the evaluation transform, then the network's; a record sets these in a Config
 TRANSFORM_KEYS = ("test_input_size", "crop_pct", "eval_crop_mode", "interpolation")
 MODEL_KEYS = ("arch", "num_classes", "ws_form", "gelu_form")
@@ -101,68 +102,6 @@ def read_checkpoint_settings(path):
         return _check(json.loads(text), path)
     except json.JSONDecodeError:
         raise UserError(f"{path}: its {RECORD_KEY} entry is not JSON") from None
-
-
-def _varint(f):
-    value, shift = 0, 0
-    while True:
-        byte = f.read(1)
-        if not byte:
-            raise EOFError
-        value |= (byte[0] & 0x7F) << shift
-        if byte[0] < 0x80:
-            return value
-        shift += 7
-
-
-def _fields(data):
-    """(field number, wire type, value) of a small protobuf message held in `data` (bytes)."""
-    import io
-
-    f, end = io.BytesIO(data), len(data)
-    while f.tell() < end:
-        key = _varint(f)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            yield number, wire, _varint(f)
-        elif wire == 2:
-            yield number, wire, f.read(_varint(f))
-        else:
-            return
-
-
-def read_text_entry(path, name):
-    """The text stored under `name` by MindSpore's save_checkpoint(append_dict={name: str}), or None.
-
-    MindSpore's .ckpt is a `Checkpoint` protobuf (mindspore/train/checkpoint.proto: repeated
-    Value{1: tag, 2: TensorProto{1: dims, 2: tensor_type, 3: tensor_content}}), optionally
-    followed by a "crc_num" trailer; a str entry is a TensorProto of type "str" whose content
-    is NumPy's UCS-4 text. The walk seeks past every other entry, so eval.py reads a 300 MB
-    checkpoint's settings in milliseconds and before importing MindSpore (its layout checks
-    come first).
-    """
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        while f.tell() < size:
-            try:
-                if f.read(1) != b"\x0a":  # field 1, length-delimited: a Value; anything else ends the list
-                    return None
-                length = _varint(f)
-                start = f.tell()
-                if f.read(1) != b"\x0a":  # Value field 1: its tag comes first
-                    return None
-                tag = f.read(_varint(f))
-                if tag == name.encode():
-                    f.seek(start)
-                    value = dict((n, v) for n, _, v in _fields(f.read(length)))
-                    tensor = dict((n, v) for n, _, v in _fields(value.get(2, b"")))
-                    if tensor.get(2) != b"str":
-                        return None
-                    return tensor.get(3, b"").decode("utf-32-le").rstrip("\x00")
-                f.seek(start + length)
-            except (EOFError, UnicodeDecodeError):
-                return None
-    return None
 
 
 def sidecar_path(model_path):

@@ -8,6 +8,6 @@ The path of one validation image on a device::
                     <name>.bin -> result_Files/<name>_0.bin (float32 logits)
     postprocess.py  result_Files + labels.json -> top-1 / top-5 JSON
 
-Modules that only touch files and NumPy (binio, metrics, postprocess, progress) do not
+Modules that only touch files and NumPy (binio, postprocess; the top-k rule in src/accuracy.py) do not
 import MindSpore, so postprocess.py runs on a machine without it.
 """

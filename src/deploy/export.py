@@ -42,7 +42,7 @@ def check_device(device_target, file_format):
                           f"export MINDIR or ONNX here, or run on Ascend with --device_target Ascend")
     import mindspore as ms
 
-    from src.tools.context import device_available
+    from src.run.context import device_available
 
     if not device_available(device_target):
         what = "AIR export needs an Ascend device: " if file_format == "AIR" else ""

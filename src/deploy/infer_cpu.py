@@ -25,7 +25,7 @@ from src.errors import run_cli
 
 from .binio import DTYPE, list_bins, mindir_input_shape, read_tensor, result_name, write_tensor
 from .errors import DeployError
-from .progress import ProgressBar
+from src.run.progress import ProgressBar
 
 TIME_FILE = "test_perform_static.txt"
 
@@ -39,7 +39,7 @@ def load_mindir(path, device_target="CPU"):
         raise DeployError(f"{path}: input 0 is not float32; export.py writes float32 graphs")
     ms.set_device(device_target)
     if device_target == "CPU":
-        from src.tools.context import set_cpu_threads
+        from src.run.context import set_cpu_threads
 
         try:
             set_cpu_threads()  # MindSpore's default 25 kernel threads oversubscribe small machines

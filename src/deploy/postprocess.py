@@ -3,7 +3,7 @@ import os
 
 from .binio import DTYPE, RESULT_SUFFIX, list_bins, read_labels, read_tensor, result_name
 from .errors import DeployError
-from .metrics import accuracy_report, correct_topk
+from src.accuracy import accuracy_report, correct_topk
 
 
 def _layout(result_path, labels):

@@ -13,7 +13,7 @@ from src.data.transforms import UnreadableImageError, load_image
 
 from .binio import IMAGES_DIR, LABELS_FILE, SOURCES_FILE, bin_name, write_json, write_tensor
 from .errors import DeployError
-from .progress import ProgressBar
+from src.run.progress import ProgressBar
 
 
 def resolve_split_dir(data_path, val_split):

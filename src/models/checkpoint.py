@@ -1,17 +1,10 @@
-"""Loading weights into a network with a clear account of what did not fit."""
-import os
-
-import mindspore as ms
+"""Loading weights into a network with a clear account of what did not fit (the file format: src/checkpoint_file.py)."""
 from mindspore import Tensor
 
-from src.errors import UserError
+from src.checkpoint_file import EMA_PREFIX, CheckpointError, read_checkpoint
 
-# The EMA averages of the weights are stored as "ema." + the weight's name (src/trainers/ema.py).
-EMA_PREFIX = "ema."
-
-
-class CheckpointError(UserError):
-    """A checkpoint that cannot be loaded into the network; the message names what does not fit."""
+__all__ = ["EMA_PREFIX", "CheckpointError", "read_checkpoint", "describe_mismatch", "load_model_weights",
+           "has_prefix"]
 
 
 def _head_names(network):
@@ -39,20 +32,7 @@ def describe_mismatch(missing, unexpected, misshaped):
     return "; ".join(parts)
 
 
-def read_checkpoint(path):
-    """name -> numpy array of a MindSpore .ckpt or .safetensors file."""
-    if not os.path.isfile(path):
-        raise CheckpointError(f"checkpoint not found: {path}")
-    fmt = "safetensors" if path.endswith(".safetensors") else "ckpt"
-    try:
-        params = ms.load_checkpoint(path, format=fmt)
-    except Exception as exc:  # MindSpore raises ValueError/RuntimeError with multi-line text
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(f"{path} is not a readable MindSpore checkpoint ({first})") from None
-    return {name: p.asnumpy() for name, p in params.items() if not isinstance(p, str)}  # str: metadata
-
-
-def load_model_weights(network, checkpoint_path, prefix="", drop_head=False, report=None):
+def load_model_weights(network, checkpoint_path, prefix="", drop_head=False, report=None, stored=None):
     """Copy the weights stored under `prefix` in `checkpoint_path` into `network`.
 
     Entries whose top-level name is not a child of the network (optimizer moments, step
@@ -64,8 +44,9 @@ def load_model_weights(network, checkpoint_path, prefix="", drop_head=False, rep
     Returns the list of parameter names that kept their initialization. A `report` dict
     receives what happened, for the log: loaded (names), kept {name: (checkpoint shape,
     model shape)}, ignored (count of stored entries that are not this network's weights).
+    `stored`: the file's read_checkpoint() when the caller has read it already (one read per command).
     """
-    stored = read_checkpoint(checkpoint_path)
+    stored = read_checkpoint(checkpoint_path) if stored is None else stored
     own = dict(network.parameters_and_names())
     top_level = {name.split(".", 1)[0] for name in own}
     weights = {}
@@ -102,12 +83,6 @@ def load_model_weights(network, checkpoint_path, prefix="", drop_head=False, rep
     return kept
 
 
-def checkpoint_has_prefix(checkpoint_path, prefix):
-    """True when the checkpoint holds entries named prefix* (e.g. "ema." for EMA weights)."""
-    if not os.path.isfile(checkpoint_path):
-        raise CheckpointError(f"checkpoint not found: {checkpoint_path}")
-    try:
-        found = ms.load_checkpoint(checkpoint_path, choice_func=lambda name: name.startswith(prefix))
-    except Exception:  # unreadable files are reported by load_model_weights with one line
-        return False
-    return bool(found)
+def has_prefix(stored, prefix):
+    """True when a read checkpoint (name -> array) holds entries named prefix* (e.g. "ema." for EMA weights)."""
+    return any(name.startswith(prefix) for name in stored)

@@ -17,7 +17,7 @@ Kept in float32 at every level:
       subclass): a cell of its own, computed in float32 from the float32 weight; its output is rounded to the
       low dtype for the convolution (tests/trainers/amp_cases.py checks the values);
     - the network output: O2/O3 cast the logits back to float32, and the losses
-      (src/tools/criterion.py) cast to float32 before the log-softmax, so the softmax and
+      (src/trainers/loss.py) cast to float32 before the log-softmax, so the softmax and
       the loss are float32.
 The master weights stay float32 Parameters; gradients arrive in float32.
 

@@ -19,7 +19,7 @@ from mindspore.common import dtype as mstype
 from mindspore import Parameter, ParameterTuple, Tensor, nn, ops
 
 from src.models.checkpoint import EMA_PREFIX
-from src.models.layers import active_forms
+from src.models.layers.config import fused_update_kernel
 
 __all__ = ["EMA", "copy_ema_to", "ema_weights_applied", "EMA_PREFIX"]
 
@@ -69,11 +69,7 @@ class EMA(nn.Cell):
         self.decay = float(decay)
         self.warmup = bool(warmup)
         self.hyper_map = ops.HyperMap()
-        self.update_kernel = None
-        if active_forms().fused_kernels if fused is None else fused:
-            from src.models.layers.cpu_kernels import ema_update_op
-
-            self.update_kernel = ema_update_op()
+        self.update_kernel = fused_update_kernel("ema", fused)
 
     def current_decay(self):
         """decay_t for the next update (a float32 scalar Tensor)."""

@@ -17,42 +17,31 @@ import numpy as np
 import mindspore
 from mindspore import Tensor, nn, ops
 
-__all__ = ["evaluate", "count_correct"]
+from src.accuracy import accuracy_report, correct_topk
+
+__all__ = ["evaluate"]
 
 
-def count_correct(logits, labels, valid, k):
-    """Number of valid rows whose label is within the top-k logits (an int32 scalar Tensor).
-
-    The label's rank is the number of classes with a larger logit, plus those with an equal
-    logit and a lower index; the label is in the top k when its rank is below k.
-    """
-    logits = ops.cast(logits, mindspore.float32)
-    labels = ops.cast(labels, mindspore.int32).reshape(-1, 1)
-    true_logit = ops.gather_elements(logits, 1, labels)
-    classes = ops.arange(logits.shape[-1], dtype=mindspore.int32).reshape(1, -1)
-    ahead = ops.logical_or(logits > true_logit,
-                           ops.logical_and(logits == true_logit, classes < labels))
-    rank = ops.sum(ops.cast(ahead, mindspore.int32), dim=-1)
-    finite = ops.isfinite(logits).all(axis=-1)
-    correct = ops.logical_and(rank < k, finite)
-    return ops.sum(ops.cast(correct, mindspore.int32) * ops.cast(valid, mindspore.int32))
-
-
-def _batch_counts(network, loss_fn, images, labels, valid):
-    """(valid images, correct top-1, correct top-5, loss summed over valid images or 0)."""
-    logits = network(images)
+def _batch_outputs(network, loss_fn, images, labels, valid):
+    """(float32 logits, int32 classes, loss summed over valid images or 0); the top-k counts are
+    taken from the logits on the host (src/accuracy.py, the rule postprocess.py applies too)."""
+    logits = ops.cast(network(images), mindspore.float32)
     classes = ops.argmax(labels, dim=-1) if labels.ndim == 2 else labels  # soft targets: argmax
-    k5 = min(5, logits.shape[-1])
-    count = ops.sum(ops.cast(valid, mindspore.int32))
-    top1 = count_correct(logits, classes, valid, 1)
-    top5 = count_correct(logits, classes, valid, k5)
     loss_sum = Tensor(0.0, mindspore.float32)
     if loss_fn is not None:
-        losses = ops.cast(loss_fn(ops.cast(logits, mindspore.float32), labels), mindspore.float32)
+        losses = ops.cast(loss_fn(logits, labels), mindspore.float32)
         if losses.ndim != 1:
             raise ValueError("evaluate needs per-image losses: build the loss with reduction='none'")
         loss_sum = ops.sum(losses * ops.cast(valid, mindspore.float32))
-    return count, top1, top5, loss_sum
+    return logits, ops.cast(classes, mindspore.int32), loss_sum
+
+
+def _batch_counts(logits, classes, valid):
+    """[valid images, correct top-1, correct top-5] of one batch (NumPy arrays in)."""
+    rows = valid.astype(bool)
+    logits, classes = logits[rows], classes[rows]
+    k5 = min(5, logits.shape[-1])
+    return np.array([len(classes), correct_topk(logits, classes, 1), correct_topk(logits, classes, k5)], np.int64)
 
 
 def evaluate(network, dataset, loss_fn=None, distributed=False, jit=True, progress=None):
@@ -89,8 +78,8 @@ def evaluate(network, dataset, loss_fn=None, distributed=False, jit=True, progre
         for row in dataset.create_tuple_iterator(num_epochs=1):
             images, labels = row[0], row[1]
             valid = row[2] if len(row) > 2 else ops.ones(images.shape[0], mindspore.int32)
-            batch, batch_loss = step(images, labels, valid)
-            batch = batch.asnumpy().astype(np.int64)
+            logits, classes, batch_loss = step(images, labels, valid)
+            batch = _batch_counts(logits.asnumpy(), classes.asnumpy(), valid.asnumpy())
             counts += batch
             loss_sum += float(batch_loss.asnumpy())
             if progress is not None:
@@ -100,14 +89,7 @@ def evaluate(network, dataset, loss_fn=None, distributed=False, jit=True, progre
     if distributed:
         counts, loss_sum = _all_reduce_sums(counts, loss_sum)
     count, top1, top5 = (int(c) for c in counts)
-    return {
-        "top1": top1 / count if count else 0.0,
-        "top5": top5 / count if count else 0.0,
-        "loss": loss_sum / count if (loss_fn is not None and count) else None,
-        "count": count,
-        "correct_top1": top1,
-        "correct_top5": top5,
-    }
+    return accuracy_report(top1, top5, count, loss=loss_sum / count if (loss_fn is not None and count) else None)
 
 
 class _BatchCounter(nn.Cell):
@@ -125,8 +107,7 @@ class _BatchCounter(nn.Cell):
         self.loss_fn = loss_fn
 
     def construct(self, images, labels, valid):
-        count, top1, top5, loss_sum = _batch_counts(self.network, self.loss_fn, images, labels, valid)
-        return ops.stack([count, top1, top5]), loss_sum
+        return _batch_outputs(self.network, self.loss_fn, images, labels, valid)
 
 
 # network -> {(loss_fn id, jit): counter}: one compiled counter per network, reused by every
@@ -137,8 +118,7 @@ _COUNTERS = weakref.WeakKeyDictionary()
 def _make_counter(network, loss_fn, jit):
     if mindspore.get_context("mode") != mindspore.GRAPH_MODE:
         def counter(images, labels, valid):
-            count, top1, top5, loss_sum = _batch_counts(network, loss_fn, images, labels, valid)
-            return ops.stack([count, top1, top5]), loss_sum
+            return _batch_outputs(network, loss_fn, images, labels, valid)
         # a new jit function per evaluation: it compiles again, but sees the current weights
         return mindspore.jit(counter) if jit else counter
     cache = _COUNTERS.setdefault(network, {})

@@ -40,9 +40,9 @@ def _finite_sum_tensor(grad):
 def all_finite(loss, grads, kernel=None):
     """True (a bool scalar Tensor) when the loss and every gradient are finite.
 
-    kernel: cpu_kernels.all_finite_multi_op() (float32 gradients), one multi-threaded pass over
-    all gradients in one launch instead of a ReduceSum per gradient (3 % of the F0 CPU train
-    step, profiled; one kernel, a slice and a compare per gradient before); None: operators.
+    kernel: fused_update_kernel("all_finite") (models/layers/config.py; float32 gradients), one
+    multi-threaded pass over all gradients in one launch instead of a ReduceSum per gradient (3 % of
+    the F0 CPU train step, profiled; one kernel, a slice and a compare per gradient before); None: operators.
     """
     loss_finite = ops.isfinite(ops.cast(loss, mindspore.float32)).all()
     if kernel is not None:

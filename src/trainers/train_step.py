@@ -91,7 +91,7 @@ def create_train_step(network, loss_fn, optimizer, *, amp_level="O0", amp_dtype=
 
     Args:
         network: the model, float32 (AMP is applied here, see `prepare_amp`).
-        loss_fn: called as loss_fn(logits, target) -> scalar loss (src/tools/criterion.py).
+        loss_fn: called as loss_fn(logits, target) -> scalar loss (src/trainers/loss.py).
         optimizer: an ``nn.Optimizer`` over the network's weights (create_optimizer). Its
             learning-rate schedule advances once per optimizer step, i.e. once every
             ``accumulation_step`` calls.

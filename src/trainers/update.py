@@ -35,7 +35,7 @@ from mindspore.communication.management import get_group_size
 from mindspore.context import ParallelMode
 from mindspore.parallel._utils import _get_parallel_mode
 
-from src.models.layers import active_forms
+from src.models.layers.config import fused_update_kernel
 
 from .loss_scale import all_finite
 
@@ -95,11 +95,7 @@ class GradientUpdate(nn.Cell):
         self.use_ema = ema is not None
         self.accumulation_step = int(accumulation_step)
         self.hyper_map = ops.HyperMap()
-        self.finite_kernel = None
-        if active_forms().fused_kernels:  # gradients of the float32 master weights
-            from src.models.layers.cpu_kernels import all_finite_multi_op
-
-            self.finite_kernel = all_finite_multi_op()
+        self.finite_kernel = fused_update_kernel("all_finite")  # gradients of the float32 master weights
         self.distributed = is_data_parallel()
         self.fold_unscale = (scaler.enabled and self.accumulation_step == 1 and not self.distributed
                              and getattr(optimizer, "folds_grad_scale", False))

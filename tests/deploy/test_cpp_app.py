@@ -22,7 +22,7 @@ import pytest
 
 from deploy_helpers import DIGITS_CONFIG, NUM_CLASSES, ROOT, run_python
 from src.deploy.binio import read_labels, read_tensor
-from src.deploy.metrics import correct_topk
+from src.accuracy import correct_topk
 
 APP_DIR = os.path.join(ROOT, "ascend310_infer")
 SOURCES = sorted(glob.glob(os.path.join(APP_DIR, "src", "*.cc")))

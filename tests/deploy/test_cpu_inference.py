@@ -16,7 +16,7 @@ from src.data.folder import scan_image_folder
 from src.data.transforms import create_eval_transform, load_image
 from src.deploy.binio import read_tensor
 from src.deploy.infer_cpu import run_inference
-from src.deploy.metrics import correct_topk
+from src.accuracy import correct_topk
 
 preprocess_script = importlib.import_module("preprocess")
 

@@ -136,6 +136,16 @@ def test_ema_weights_are_exported_when_present_and_asked(tmp_path, nano_weights,
     assert relative_max_error(with_ema, raw) > 1e-2
 
 
+@pytest.mark.timeout(300)
+def test_exporting_a_checkpoint_parses_it_once(tmp_path, nano_ema_ckpt, monkeypatch):
+    """One mindspore.load_checkpoint per export (src/checkpoint_file.py): the EMA check and the weights
+    share it (two before); the data settings come from the header walk, which parses no tensor."""
+    reads, real = [], ms.load_checkpoint
+    monkeypatch.setattr(ms, "load_checkpoint", lambda path, *a, **k: reads.append(str(path)) or real(path, *a, **k))
+    export(tmp_path, nano_ema_ckpt, "--use_ema")
+    assert reads == [os.path.abspath(str(nano_ema_ckpt))]
+
+
 def test_raw_weights_are_exported_with_a_note_when_there_is_no_ema(tmp_path, nano, nano_ckpt, capsys):
     path = export(tmp_path, nano_ckpt, "--use_ema")
     assert "holds no EMA weights" in capsys.readouterr().out

@@ -9,7 +9,7 @@ import pytest
 from deploy_helpers import error_lines, run_python
 from src.errors import UserError
 from src.deploy.binio import write_json, write_tensor
-from src.deploy.metrics import correct_topk
+from src.accuracy import correct_topk
 
 postprocess_script = importlib.import_module("postprocess")
 

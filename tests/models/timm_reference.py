@@ -32,7 +32,7 @@ def export_timm(model, tmp_path, stem="timm"):
     """Save timm's state dict as .safetensors (what the timm hub publishes) and convert it."""
     from safetensors.torch import save_file
 
-    from src.tools.convert_weights import convert
+    from tools.convert_weights import convert
 
     st_path = str(tmp_path / f"{stem}.safetensors")
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, st_path)

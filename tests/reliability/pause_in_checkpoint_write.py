@@ -1,7 +1,7 @@
 """train.py, held inside the write of one checkpoint so that a test can kill -9 it there.
 
 The checkpoint whose name starts with $PAUSE_IN_WRITE_OF (e.g. dm_nfnet_nano-2_14) is written for real by
-src.tools.checkpointing.save_checkpoint_atomic. Once MindSpore has written its hidden temporary file,
+src.run.checkpointing.save_checkpoint_atomic. Once MindSpore has written its hidden temporary file,
 and before that file is fsynced and renamed into place, this prints `writing <temporary file>` and sleeps.
 """
 import os
@@ -27,7 +27,7 @@ def main():
             print(f"writing {ckpt_file_name}", flush=True)
             time.sleep(3600)
 
-    mindspore.save_checkpoint = save_then_pause  # what src.tools.checkpointing calls as ms.save_checkpoint
+    mindspore.save_checkpoint = save_then_pause  # what src.run.checkpointing calls as ms.save_checkpoint
     return train.main(sys.argv[1:])
 
 

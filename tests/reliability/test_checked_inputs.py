@@ -1,7 +1,7 @@
 """Case 12, inputs train.py used to accept silently or answer with a traceback (issue 24): non-finite
 --pretrained weights, val_split equal to train_split, a key given twice in one YAML (each one `error:` line,
 exit 2, nothing written), and a metrics.csv whose last line a kill cut (recovered, and said). The YAML loader is
-tested in tests/test_config.py, the metrics log in tests/tools/test_callbacks.py; here train.py runs for real."""
+tested in tests/test_config.py, the metrics log in tests/run/test_callbacks.py; here train.py runs for real."""
 import os
 import shutil
 

@@ -1,7 +1,7 @@
 """Case 5, checkpoint mistakes: a missing file, a file that is not a checkpoint, another arch's checkpoint, a
 classifier of another class count (re-initialized only with --finetune) and a non-empty output directory (never
 written over). The loaders are tested in tests/models/test_checkpoint_loading.py and
-tests/tools/test_checkpointing.py; here train.py and eval.py run for real."""
+tests/run/test_checkpointing.py; here train.py and eval.py run for real."""
 import os
 import shutil
 

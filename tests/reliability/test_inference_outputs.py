@@ -46,7 +46,7 @@ def nano(tmp_path_factory):
     from src.config import load_config
     from src.data.data_settings import checkpoint_entry, settings_from_config
     from src.models import create_model
-    from src.tools.checkpointing import save_checkpoint_atomic
+    from src.run.checkpointing import save_checkpoint_atomic
 
     cfg = load_config(overrides={"arch": "dm_nfnet_nano", "num_classes": 3, "test_input_size": 64,
                                  "eval_crop_mode": "squash", "crop_pct": 0.875})

@@ -1,7 +1,7 @@
 """Case 1, kill -9 during training: at a seeded random step (printed), then inside a checkpoint write. `--resume auto`
 continues from the last complete checkpoint, never a partial one, and the result follows the uninterrupted run (weights,
 optimizer state, EMA, step counters within 1e-6 relative; the same lr); metrics.csv and train.log are appended to.
-The atomic write itself (a writer killed mid-save) is tested in tests/tools/test_checkpointing.py."""
+The atomic write itself (a writer killed mid-save) is tested in tests/run/test_checkpointing.py."""
 import os
 import subprocess
 

@@ -2,7 +2,7 @@
 Its first step is finite and throws the weights out of range; every later loss is NaN. Each NaN step is skipped
 (no update) and counted, the run stops after max_nonfinite_steps of them in a row with a message naming the last
 good checkpoint, writes no checkpoint from the broken weights and exits 1. The guard's counting and the skipped
-update are tested in tests/tools/test_callbacks.py and tests/trainers/test_loss_scale.py."""
+update are tested in tests/run/test_callbacks.py and tests/trainers/test_loss_scale.py."""
 import hashlib
 import math
 import os
@@ -45,7 +45,7 @@ def test_nan_losses_are_skipped_counted_and_stop_the_run_keeping_the_last_good_c
     assert sorted(n for n in os.listdir(out) if n.endswith(".ckpt")) == [GOOD]
     assert digest(out / GOOD) == digest(uninterrupted_run / GOOD)  # untouched
     assert all(np.isfinite(v).all() for v in checkpoint_values(out / GOOD).values() if v.dtype.kind == "f")
-    from src.tools.checkpointing import find_latest_checkpoint
+    from src.run.checkpointing import find_latest_checkpoint
 
     assert find_latest_checkpoint(str(out)) == str(out / GOOD)  # what --resume auto continues from
     # the one finite step is the uninterrupted run's first step of epoch 2 (same state, same batch)

@@ -55,7 +55,7 @@ def test_sigterm_finishes_the_step_writes_a_mid_epoch_checkpoint_and_exits_143(p
     assert (f"stopped by SIGTERM after epoch 2 step {step}/7: saved {out / mid}; continue with --resume auto "
             "(exit status 143)") in seen["log"]
     assert [n for n in seen["after_stop"] if n.endswith(".ckpt")] == ["dm_nfnet_nano-1_7.ckpt", mid]
-    from src.tools.checkpointing import read_checkpoint_meta
+    from src.run.checkpointing import read_checkpoint_meta
 
     meta = read_checkpoint_meta(str(out / mid))
     assert (meta["epoch_num"], meta["epoch_step"], meta["step_num"]) == (1, step, 7 + step)
@@ -117,7 +117,7 @@ def test_first_ctrl_c_checkpoints_and_a_second_one_stops_at_once(tiny_digits, tm
     """Provokes: Ctrl-C (SIGINT) at a seeded step, then a second one while the mid-epoch checkpoint is being
     written (held there by pause_in_checkpoint_write.py). The process ends at once, leaving only the epoch-1
     checkpoint visible; a Ctrl-C alone (second run) stops with the checkpoint. MindSpore's dataset engine may pass
-    a SIGINT on as SIGTERM (src/tools/preemption.py): either name and status (130 / 143) is accepted."""
+    a SIGINT on as SIGTERM (src/run/preemption.py): either name and status (130 / 143) is accepted."""
     out = tmp_path / "run"
     args = ["--data_path", tiny_digits, "--output_dir", out, *TINY]
     step = fault_rng("SIGINT").randint(1, 2)  # margin: see preempted()

@@ -1,7 +1,7 @@
 """Case 11, run directories (issue 24): train.py writes and prunes only inside a directory it created (its
 .nfnet_run marker) or a run's own directory it resumes, never inside data_path, and nothing at all before every
 input was checked. Each mistake is one `error:` line, exit 2, with nothing of the user's changed; the directory
-rules run before MindSpore is imported. src/tools/run_dir.py's choices are tested in tests/tools/test_checkpointing.py;
+rules run before MindSpore is imported. src/run/run_dir.py's choices are tested in tests/run/test_checkpointing.py;
 here train.py runs for real."""
 import os
 import shutil

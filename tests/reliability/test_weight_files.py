@@ -1,6 +1,6 @@
 """convert_weights on hostile or careless weight files and outputs (issue 24; issue 27 item 8: --overwrite).
 
-Each case runs `python -m src.tools.convert_weights` for real and expects one `error:` line naming the
+Each case runs `python -m tools.convert_weights` for real and expects one `error:` line naming the
 file, exit 2, no traceback, and nothing written or lost. The malformed safetensors are written byte by
 byte as the format defines them (8-byte little-endian header length, JSON header, data); the pickles
 with real torch.save.
@@ -18,7 +18,7 @@ from reliability_helpers import ROOT, user_error
 
 
 def convert(*args):
-    return subprocess.run([sys.executable, "-m", "src.tools.convert_weights", *map(str, args)], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "tools.convert_weights", *map(str, args)], cwd=ROOT,
                           capture_output=True, text=True, timeout=300)
 
 

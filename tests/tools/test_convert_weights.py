@@ -7,7 +7,7 @@ import mindspore as ms
 import numpy as np
 import pytest
 
-from src.tools.convert_weights import ConversionError, convert, read_safetensors, read_timm_state_dict
+from tools.convert_weights import ConversionError, convert, read_safetensors, read_timm_state_dict
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("timm")
@@ -38,7 +38,7 @@ def test_safetensors_written_by_safetensors_reads_back_bit_exact_without_torch(n
         assert np.array_equal(arrays[name], tensor.numpy()), name
     # the reader needs no torch: run it in a process where importing torch fails
     code = ("import sys; sys.modules['torch'] = None; sys.path.insert(0, %r); "
-            "from src.tools.convert_weights import read_safetensors; "
+            "from tools.convert_weights import read_safetensors; "
             "print(len(read_safetensors(%r)))" % (ROOT, path))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -99,7 +99,7 @@ def test_convert_cli_fails_with_one_line_for_unknown_network(tmp_path):
 
     src = str(tmp_path / "other.safetensors")
     save_file({"stages.0.0.conv3.weight": np.zeros((24, 8, 1, 1), np.float32)}, src)
-    out = subprocess.run([sys.executable, "-m", "src.tools.convert_weights", src, str(tmp_path / "o.ckpt")],
+    out = subprocess.run([sys.executable, "-m", "tools.convert_weights", src, str(tmp_path / "o.ckpt")],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 2
     lines = [line for line in out.stderr.splitlines() if line.startswith("error:")]

@@ -19,7 +19,7 @@ import pytest
 
 from live_weights import live_nano
 from src.data.data_settings import read_checkpoint_settings
-from src.tools.convert_weights import ConversionError, convert
+from tools.convert_weights import ConversionError, convert
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _BLOCK = {"conv1": "conv0", "conv2": "conv1", "conv2b": "conv1b", "conv3": "conv2", "downsample.conv": "conv_shortcut",
@@ -131,7 +131,7 @@ def test_foreign_names_are_named(nano, tmp_path):
     params["NFNet/~/nf_block_1/~/conv7"] = {"w": np.zeros((1, 1, 8, 8), np.float32)}
     src = str(tmp_path / "odd.npz")
     np.savez(src, **{f"{m}/{n}": v for m, g in params.items() for n, v in g.items()})
-    out = subprocess.run([sys.executable, "-m", "src.tools.convert_weights", src, str(tmp_path / "o.ckpt")],
+    out = subprocess.run([sys.executable, "-m", "tools.convert_weights", src, str(tmp_path / "o.ckpt")],
                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 2, out.stderr
     assert [line for line in out.stderr.splitlines() if line.startswith("error:")] == [

@@ -6,7 +6,7 @@ import pytest
 import yaml
 
 from src.config import load_config
-from src.tools import variant_configs
+from tools import variant_configs
 from src.variants import VARIANTS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

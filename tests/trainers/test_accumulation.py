@@ -3,8 +3,8 @@ import numpy as np
 import pytest
 from mindspore import Tensor
 
-from src.tools.criterion import create_loss
-from src.tools.optimizer import create_optimizer
+from src.trainers.loss import create_loss
+from src.optim.optimizer import create_optimizer
 from src.trainers.train_step import create_train_step
 
 from .conftest import images_and_labels, max_rel_diff, nano_net, weights

@@ -15,7 +15,7 @@ SCRIPT = """
 import mindspore
 from src.config import load_config
 from src.builders import build_network, build_optimizer, build_lr_schedule
-from src.tools.criterion import create_loss
+from src.trainers.loss import create_loss
 from src.trainers import create_train_step
 from src.models.layers import ScaledStdConv2d, SqueezeExcite
 

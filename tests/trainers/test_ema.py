@@ -5,8 +5,8 @@ import mindspore
 from mindspore import Tensor
 
 from src.models import create_model
-from src.tools.criterion import create_loss
-from src.tools.optimizer import create_optimizer
+from src.trainers.loss import create_loss
+from src.optim.optimizer import create_optimizer
 from src.trainers.ema import EMA, copy_ema_to, ema_weights_applied
 from src.trainers.train_step import create_train_step
 

@@ -5,7 +5,7 @@ import mindspore
 import mindspore.dataset as ds
 from mindspore import Tensor, nn, ops
 
-from src.tools.criterion import create_loss
+from src.trainers.loss import create_loss
 from src.trainers.evaluate import evaluate
 
 

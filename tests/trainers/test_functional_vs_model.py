@@ -5,8 +5,8 @@ import mindspore.dataset as ds
 from mindspore import Tensor
 from mindspore.train import Callback, Model
 
-from src.tools.criterion import create_loss
-from src.tools.optimizer import create_optimizer
+from src.trainers.loss import create_loss
+from src.optim.optimizer import create_optimizer
 from src.trainers.functional import FunctionalTrainer
 from src.trainers.train_step import create_train_step
 

@@ -13,6 +13,11 @@ forms that compute the same function faster:
 Only float32 networks get them (CPU training always runs float32: trainers/amp.py); the
 kernels are float32 only. Exported networks never get them (deploy/export.py builds the
 plain network), so an exported model runs wherever MindSpore does.
+
+The weight updates' fused kernels (SGD-AGC, EMA, the overflow check) and the kernels' thread
+count are handed out here too (`fused_update_kernel`, `set_kernel_threads`): the optimizer, EMA and
+update cells and the device context never import the kernels themselves
+(tests/test_import_graph.py names the modules that may).
 """
 import os
 from dataclasses import dataclass
@@ -52,3 +57,26 @@ def active_forms(float32=True):
     if not cpu_kernels.available():
         return FastForms(cpu_operators=True, reason="CPU, float32; fused kernels not built")
     return FastForms(cpu_operators=True, fused_kernels=True, reason="CPU, float32, fused kernels built")
+
+
+def fused_update_kernel(name, fused=None):
+    """The fused C++ kernel of a weight update, or None for the operator form.
+
+    name: "sgd_agc" (optim/sgd_agc.py), "ema" (trainers/ema.py) or "all_finite" (the overflow
+    check of trainers/update.py, all gradients in one launch). fused: True/False force the choice (a test's); None takes the
+    current backend's (`active_forms().fused_kernels`).
+    """
+    if not (active_forms().fused_kernels if fused is None else fused):
+        return None
+    from . import cpu_kernels
+
+    ops = {"sgd_agc": cpu_kernels.sgd_agc_update_op, "ema": cpu_kernels.ema_update_op,
+           "all_finite": cpu_kernels.all_finite_multi_op}
+    return ops[name]()
+
+
+def set_kernel_threads(num):
+    """Threads of the fused kernels (the device context keeps them equal to MindSpore's)."""
+    from . import cpu_kernels
+
+    cpu_kernels.set_threads(num)

@@ -527,7 +527,7 @@ extern "C" int ChannelsToNCHWBiasBackward(int nparam, void **params, int *ndims,
   return 0;
 }
 
-// One SGD-AGC step of one parameter (src/tools/sgd_agc.py), in place, one pass per unit:
+// One SGD-AGC step of one parameter (src/optim/sgd_agc.py), in place, one pass per unit:
 //   max_norm = clipping * max(||W_i||, eps); G_i *= max_norm / max(||G_i||, 1e-6) where ||G_i|| > max_norm;
 //   g = G + wd * W;  buf = momentum * buf + g;
 //   Nesterov: W = (W - lr * momentum * buf) - lr * g;  heavy ball: W = W - lr * buf.

@@ -256,7 +256,7 @@ def _in_place(name):
 
 def sgd_agc_update_op():
     """SgdAgcUpdate(grad, param, momentum buffer, consts (5,), hyper (3,) or (4,)): one SGD-AGC step written
-    into param and buffer (the arithmetic of src/tools/sgd_agc.py; consts and hyper in cpu_kernels.cc; a 4th
+    into param and buffer (the arithmetic of src/optim/sgd_agc.py; consts and hyper in cpu_kernels.cc; a 4th
     hyper entry multiplies the gradient first: the loss scale's unscale, folded in)."""
     return _in_place("SgdAgcUpdate")
 

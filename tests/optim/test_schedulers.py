@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from src.tools.schedulers import create_scheduler, scale_lr
+from src.optim.schedulers import create_scheduler, scale_lr
 
 
 def deepmind_warmup_cosine(itr, start_val, min_val, max_val, num_steps, warmup_steps):

@@ -20,7 +20,7 @@ from mindspore.train import Model
 import mindspore.dataset as ds
 
 from src.errors import UserError
-from src.tools.checkpointing import (CheckpointError, CheckpointManager, find_latest_checkpoint,
+from src.run.checkpointing import (CheckpointError, CheckpointManager, find_latest_checkpoint,
                                      load_training_state, prepare_output_dir, read_checkpoint_meta,
                                      save_checkpoint_atomic)
 
@@ -80,7 +80,7 @@ WRITER = textwrap.dedent("""
     import numpy as np
     import mindspore as ms
     from mindspore import Tensor
-    from src.tools.checkpointing import save_checkpoint_atomic
+    from src.run.checkpointing import save_checkpoint_atomic
     ms.set_device("CPU")
     out = sys.argv[1]
     small = [{"name": "w", "data": Tensor(np.ones((4, 4), np.float32))}]
@@ -329,7 +329,7 @@ def test_a_resumed_run_writes_only_in_its_own_run_directory(tmp_path):
     """check_output_dir's resume rules (train.py runs them before MindSpore starts): the marked directory of a
     run, or an unmarked one holding nothing but a run's files with a checkpoint (adopted: marked); never one with
     another run's checkpoints unless resuming one of them, never inside data_path."""
-    from src.tools.run_dir import check_output_dir
+    from src.run.run_dir import check_output_dir
 
     def refused(path, resume, match, data_path=None):
         with pytest.raises(UserError, match=match):

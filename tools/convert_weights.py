@@ -1,6 +1,6 @@
 """Convert a timm dm_nfnet_f* checkpoint or DeepMind's haiku release into a MindSpore .ckpt.
 
-    python -m src.tools.convert_weights INPUT OUTPUT [--arch dm_nfnet_f0] [--overwrite]
+    python -m tools.convert_weights INPUT OUTPUT [--arch dm_nfnet_f0] [--overwrite]
 
 INPUT is one of
 - a timm state dict as published on the timm hub (model.safetensors) or a PyTorch .pth/.bin
@@ -38,7 +38,7 @@ import zipfile
 
 import numpy as np
 
-from src.atomic import atomic_path, output_problem
+from src.atomic import output_problem
 from src.errors import UserError, one_line, run_cli
 
 _SAFETENSORS_DTYPES = {
@@ -389,15 +389,6 @@ def convert_state_dict(state, arch=None):
     return arch, num_classes, {n: np.asarray(state[n], dtype=np.float32).reshape(expected[n]) for n in expected}
 
 
-def save_checkpoint(weights, path, append_dict=None):
-    """Write {name: array} (+ append_dict entries) as a MindSpore checkpoint, atomically (temporary file, then rename)."""
-    import mindspore as ms
-
-    with atomic_path(path) as tmp:  # keeps path's .ckpt: save_checkpoint appends ".ckpt" to other names
-        ms.save_checkpoint([{"name": n, "data": ms.Tensor(a)} for n, a in weights.items()], tmp,
-                           append_dict=append_dict)
-
-
 def is_deepmind_release(path):
     return path.endswith(".npz")
 
@@ -417,6 +408,9 @@ def check_paths(input_path, output_path, overwrite=False):
 def convert(input_path, output_path, arch=None):
     """Convert; returns (arch, num_classes, tensor count, record). The output carries the record:
     timm_pretrained_settings(arch) for a timm checkpoint, deepmind_pretrained_settings for DeepMind's."""
+    import mindspore as ms
+
+    from src.checkpoint_file import OutputWriteError, save_checkpoint
     from src.data.data_settings import checkpoint_entry, timm_pretrained_settings
 
     if is_deepmind_release(input_path):
@@ -426,14 +420,15 @@ def convert(input_path, output_path, arch=None):
         arch, num_classes, weights = convert_state_dict(read_timm_state_dict(input_path), arch)
         record = timm_pretrained_settings(arch, num_classes)
     try:
-        save_checkpoint(weights, output_path, checkpoint_entry(record) if record else None)
-    except OSError as exc:
-        raise ConversionError(f"cannot write {output_path}: {exc.strerror or exc}") from None
+        save_checkpoint([{"name": n, "data": ms.Tensor(a)} for n, a in weights.items()], output_path,
+                        checkpoint_entry(record) if record else None)  # the format's one writer (atomic)
+    except OutputWriteError as exc:
+        raise ConversionError(str(exc)) from None
     return arch, num_classes, len(weights), record
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m src.tools.convert_weights", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.convert_weights", description=__doc__.split("\n")[0])
     parser.add_argument("input", help="timm checkpoint (.safetensors, or .pth/.bin with torch installed) "
                                       "or DeepMind's haiku release (.npz)")
     parser.add_argument("output", help="MindSpore .ckpt to write")

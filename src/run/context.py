@@ -90,11 +90,11 @@ def set_cpu_threads(num=None):
     """
     import mindspore as ms
 
-    from src.models.layers.cpu_kernels import set_threads
+    from src.models.layers.config import set_kernel_threads
 
     num = max(1, int(available_cores() if num is None else num))
     ms.device_context.cpu.op_tuning.threads_num(num)
-    set_threads(num)  # the fused kernels' threads, the same number
+    set_kernel_threads(num)  # the fused kernels' threads, the same number
 
 
 def available_cores():

@@ -2,7 +2,7 @@
 
 Preemptible clusters (Slurm, Kubernetes, ModelArts) send SIGTERM and kill the job after a
 grace period. `StopRequest` records the first SIGTERM or SIGINT (Ctrl-C); training finishes
-the step in progress, writes a mid-epoch checkpoint (src.tools.callbacks.StopOnSignal) and
+the step in progress, writes a mid-epoch checkpoint (src.run.callbacks.StopOnSignal) and
 exits with 128 + the signal number (143 for SIGTERM, 130 for Ctrl-C), what shells and
 schedulers report for a job ended by that signal. A second Ctrl-C (or a second signal of
 either kind) ends the process at once: SIGINT gets its default action, which the kernel

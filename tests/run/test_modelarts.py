@@ -1,4 +1,4 @@
-"""ModelArts copies through moxing (src/tools/modelarts.py), with a stand-in moxing module.
+"""ModelArts copies through moxing (src/run/modelarts.py), with a stand-in moxing module.
 
 moxing ships only in ModelArts images. The in-process tests put a recording module into
 sys.modules; the end-to-end tests put a stand-in package on the PYTHONPATH of real train.py
@@ -15,11 +15,11 @@ import types
 import pytest
 
 from src.errors import UserError
-from src.tools.modelarts import modelarts_io
+from src.run.modelarts import modelarts_io
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = os.path.join(ROOT, "src", "configs", "dm_nfnet_nano_digits.yaml")
-FAKE_MOXING_FILE = '''"""Stand-in for moxing.file (tests/tools/test_modelarts.py): obs://<path> is $FAKE_OBS/<path>."""
+FAKE_MOXING_FILE = '''"""Stand-in for moxing.file (tests/run/test_modelarts.py): obs://<path> is $FAKE_OBS/<path>."""
 import os
 import shutil
 

@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 from mindspore.train import Callback, Model
 
-from src.tools.callbacks import ProgressLogger, step_loss
-from src.tools.metrics_log import STEP_COLUMNS, MetricsCSV, plot_curves, read_metrics
+from src.run.callbacks import ProgressLogger, step_loss
+from src.run.metrics_log import STEP_COLUMNS, MetricsCSV, plot_curves, read_metrics
 from test_callbacks import BATCH, STEPS_PER_EPOCH, make_dataset, make_run
 
 

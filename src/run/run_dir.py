@@ -12,6 +12,7 @@ import os
 import re
 
 from src.atomic import PARTIAL_MARK
+from src.checkpoint_file import RUN_CHECKPOINT_NAME
 from src.errors import UserError
 from src.variants import VARIANTS
 
@@ -20,7 +21,6 @@ RUN_MARKER = ".nfnet_run"
 RUN_FILES = ("config.yaml", "train.log", "metrics.csv", "metrics_steps.csv", "curves.png", "bad_files.txt",
              RUN_MARKER)
 _RANK_LOG = re.compile(r"^train_rank\d+\.log$")
-_CHECKPOINT = re.compile(r"^(?P<prefix>[^.].*?)(-\d+_\d+|_best)\.ckpt$")
 # hidden temporaries of an interrupted write (src/atomic.py: checkpoints, config.yaml, curves.png)
 _TEMPORARY = re.compile(r"^\..*" + re.escape(PARTIAL_MARK))
 
@@ -29,7 +29,7 @@ def is_run_file(name):
     """True for a file name this project's train.py writes into a run directory."""
     if name in RUN_FILES or _RANK_LOG.match(name) or _TEMPORARY.match(name):
         return True
-    match = _CHECKPOINT.match(name)
+    match = RUN_CHECKPOINT_NAME.match(name)
     return bool(match and match["prefix"] in VARIANTS)
 
 

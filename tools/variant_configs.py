@@ -1,7 +1,7 @@
 """The F1-F6 YAMLs of each recipe, generated from its F0 YAML and the variant table.
 
-    python -m src.tools.variant_configs            # rewrite src/configs{,/deepmind}/dm_nfnet_f[1-6].yaml
-    python -m src.tools.variant_configs --check    # exit 1 if one is not current
+    python -m tools.variant_configs            # rewrite src/configs{,/deepmind}/dm_nfnet_f[1-6].yaml
+    python -m tools.variant_configs --check    # exit 1 if one is not current
 
 A recipe (the model zoo's in src/configs/, DeepMind's in src/configs/deepmind/) is written once,
 as its dm_nfnet_f0.yaml; each larger variant is the same file with the variant's row of
@@ -14,7 +14,7 @@ import os
 import re
 import sys
 
-from src.tools.generated_files import generator_cli, stale
+from tools.generated_files import generator_cli, stale
 from src.variants import F_VARIANTS, VARIANTS
 
 F0 = "dm_nfnet_f0"
@@ -24,7 +24,7 @@ RECIPES = {
         "# The larger variants may need a smaller per-device batch_size; the peak lr follows the global batch.",
     os.path.join("src", "configs", "deepmind"): None,
 }
-GENERATED = "Generated from dm_nfnet_f0.yaml and src/variants.py by `python -m src.tools.variant_configs`"
+GENERATED = "Generated from dm_nfnet_f0.yaml and src/variants.py by `python -m tools.variant_configs`"
 _LINE = re.compile(r"(?P<key>\w+): (?P<value>.*?) +# (?P<note>.*)")
 
 
@@ -98,7 +98,7 @@ def stale_files(root="."):
 
 
 def main(argv=None):
-    return generator_cli(argv, "src.tools.variant_configs", "Write each recipe's F1-F6 YAMLs from its F0 YAML "
+    return generator_cli(argv, "tools.variant_configs", "Write each recipe's F1-F6 YAMLs from its F0 YAML "
                          "and the variant table (src/variants.py).", stale_files)
 
 

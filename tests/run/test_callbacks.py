@@ -17,10 +17,10 @@ from mindspore import Parameter, Tensor, nn
 from mindspore.train import Callback, Model
 import mindspore.dataset as ds
 
-from src.tools.callbacks import (CheckpointCallback, EvalCallback, NonFiniteLossGuard, ProgressLogger,
+from src.run.callbacks import (CheckpointCallback, EvalCallback, NonFiniteLossGuard, ProgressLogger,
                                  step_loss)
-from src.tools.checkpointing import CheckpointManager, load_training_state, read_checkpoint_meta
-from src.tools.metrics_log import COLUMNS, MetricsCSV, plot_curves, read_metrics
+from src.run.checkpointing import CheckpointManager, load_training_state, read_checkpoint_meta
+from src.run.metrics_log import COLUMNS, MetricsCSV, plot_curves, read_metrics
 
 STEPS_PER_EPOCH, BATCH = 4, 4
 

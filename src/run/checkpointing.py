@@ -1,61 +1,32 @@
 """Crash-safe checkpoints of the whole training state, and finding them again to resume.
 
-A checkpoint written here holds every Parameter of the train cell (the network's
-weights, the optimizer's moments and `global_step`, EMA weights, loss scale, overflow
-counter, ...) plus a few metadata entries stored through MindSpore's `append_dict`:
-
-    epoch_num   epochs completed when the checkpoint was written (MindSpore's own name)
-    step_num    train steps (Model.train steps) completed by then
-    best_top1   best evaluation top-1 seen so far in the run (absent before the first eval)
-    metric_*    the evaluation metrics of the best checkpoint (metric_top1, metric_loss, ...)
-    epoch_step  train steps already run of the epoch after epoch_num (a mid-epoch checkpoint
-                written when the run was stopped by a signal; 0 or absent otherwise)
-    so_far_*    a mid-epoch checkpoint's sums of those steps (loss, steps, seconds: the callbacks'
-                epoch_so_far), so that the resumed epoch's metrics row covers all its steps
-    batch_size, device_num, accumulation_step, steps_per_epoch, epochs
-                the run's shape: a resume that would change the step count or the schedule
-                is refused (check_resume), a longer `epochs` is logged as a changed schedule
-    data_settings  the run's classes and evaluation transform (src/data/data_settings.py)
-
-Files become visible only complete: `save_checkpoint_atomic` writes a hidden temporary
-file, fsyncs it and renames it into place, so a kill -9 at any moment leaves either the
-previous file or the new one, never a truncated file under a checkpoint's name.
+The file format (entries, names, the atomic writer, the readers) is src/checkpoint_file.py's;
+here are the run's uses of it: `CheckpointManager` (periodic, best and mid-epoch checkpoints,
+keep_max, resume), the resume checks and the output directory's preparation.
 """
 import contextlib
 import errno
 import glob
 import os
-import re
 from typing import NamedTuple, Optional
 
 import numpy as np
-import mindspore as ms
 from mindspore import Tensor
 
-from src.atomic import PARTIAL_MARK, atomic_path
+from src.atomic import PARTIAL_MARK
+from src.checkpoint_file import (BEST_KEY, EPOCH_KEY, EPOCH_STEP_KEY, METRIC_PREFIX, PERIODIC_NAME, SO_FAR_PREFIX, STEP_KEY,
+                                 CheckpointError, OutputWriteError, best_name, is_metadata, load, periodic_name)
+from src.checkpoint_file import save_checkpoint as save_checkpoint_atomic
 from src.errors import UserError
-from src.models.checkpoint import CheckpointError, describe_mismatch
+from src.models.checkpoint import describe_mismatch
 
 __all__ = ["CheckpointError", "CheckpointManager", "OutputWriteError", "ResumePoint", "save_checkpoint_atomic",
            "remove_partial_files", "read_checkpoint_meta", "find_latest_checkpoint", "load_training_state",
            "prepare_output_dir", "check_resume", "write_errors_reported", "CONFIG_DERIVED_PARAMS"]
 
-EPOCH_KEY, STEP_KEY, BEST_KEY, METRIC_PREFIX = "epoch_num", "step_num", "best_top1", "metric_"
-SETTINGS_KEY = "data_settings"  # src.data.data_settings.RECORD_KEY
-EPOCH_STEP_KEY = "epoch_step"
-SO_FAR_PREFIX = "so_far_"
-# the run's shape, stored in every checkpoint (see check_resume)
-RUN_KEYS = ("batch_size", "device_num", "accumulation_step", "steps_per_epoch", "epochs")
 # errno values of a write the filesystem refused: full, over quota, read-only, no permission, I/O, too large
 _WRITE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.EFBIG}
 
-
-class OutputWriteError(UserError):
-    """A file of the run could not be written (disk full, read-only, permission): one line naming
-    the path and what was kept."""
-
-# <prefix>-<epoch>_<step>.ckpt, MindSpore's ModelCheckpoint naming.
-_PERIODIC_NAME = re.compile(r"^(?P<prefix>[^.].*)-(?P<epoch>\d+)_(?P<step>\d+)\.ckpt$")
 
 # Parameters that the config recreates and a resume must not take from the checkpoint: the
 # per-step learning-rate array (the position in it is the restored global_step). Restoring it
@@ -63,67 +34,7 @@ _PERIODIC_NAME = re.compile(r"^(?P<prefix>[^.].*)-(?P<epoch>\d+)_(?P<step>\d+)\.
 CONFIG_DERIVED_PARAMS = ("learning_rate",)
 
 
-def _is_metadata(name):
-    return (name in (EPOCH_KEY, STEP_KEY, BEST_KEY, EPOCH_STEP_KEY, SETTINGS_KEY, *RUN_KEYS)
-            or name.startswith((METRIC_PREFIX, SO_FAR_PREFIX)))
-
-
-def _first_line(exc):
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-def _metadata_tensors(append_dict):
-    """append_dict with Python numbers as MindSpore accepts them.
-
-    Floats become float64 tensors: MindSpore stores a plain Python float as float32,
-    which would round a top-1 such as 0.8347 in its 8th digit.
-    """
-    out = {}
-    for key, value in (append_dict or {}).items():
-        if isinstance(value, (bool, np.bool_)):
-            out[key] = bool(value)
-        elif isinstance(value, (int, np.integer)):
-            out[key] = int(value)
-        elif isinstance(value, (float, np.floating)):
-            out[key] = Tensor(np.float64(value))
-        else:
-            out[key] = value
-    return out
-
-
 # --------------------------------------------------------------------------- writing
-
-def save_checkpoint_atomic(cell_or_param_list, path, append_dict=None):
-    """Write a MindSpore checkpoint so that `path` only ever holds a complete file.
-
-    MindSpore's save_checkpoint renames its own temporary file into place but neither
-    fsyncs it nor keeps the old file until then (it deletes an existing target first), so
-    a crash can lose both versions. Here the checkpoint is written under a hidden name in
-    the same directory, fsynced, then moved over `path` with os.replace (atomic on POSIX)
-    and the directory fsynced. The save is synchronous: async_save would let training
-    change the parameters while they are written and would move the rename out of our
-    hands. A CRC32 is stored so that loading with crc_check detects later corruption.
-
-    Args:
-        cell_or_param_list: an nn.Cell, or a list of {"name", "data"} dicts, or a dict,
-            as mindspore.save_checkpoint accepts.
-        path: target file; ".ckpt" is appended when missing, as MindSpore does.
-        append_dict: extra str -> int/float/bool/str/Tensor entries (epoch, step, metrics).
-
-    Returns:
-        The final path.
-    """
-    path = os.path.abspath(path if path.endswith(".ckpt") else path + ".ckpt")
-    try:
-        # the temporary ends in .ckpt, so MindSpore neither renames it nor appends a suffix
-        with atomic_path(path) as tmp:
-            ms.save_checkpoint(cell_or_param_list, tmp, append_dict=_metadata_tensors(append_dict),
-                               async_save=False, crc_check=True)
-    except OSError as exc:
-        raise OutputWriteError(f"cannot write {path}: {exc.strerror or _first_line(exc)}") from None
-    return path
-
 
 def remove_partial_files(directory):
     """Delete temporary files left by a writer that was killed mid-save; returns their count."""
@@ -173,16 +84,16 @@ class CheckpointManager:
 
     @property
     def best_path(self):
-        return os.path.join(self.output_dir, f"{self.prefix}_best.ckpt")
+        return os.path.join(self.output_dir, best_name(self.prefix))
 
     def epoch_path(self, epoch, step):
-        return os.path.join(self.output_dir, f"{self.prefix}-{epoch}_{step}.ckpt")
+        return os.path.join(self.output_dir, periodic_name(self.prefix, epoch, step))
 
     def epoch_checkpoints(self):
         """Paths of this prefix's epoch checkpoints, oldest first (by epoch, then step)."""
         found = []
         for name in os.listdir(self.output_dir) if os.path.isdir(self.output_dir) else ():
-            match = _PERIODIC_NAME.match(name)
+            match = PERIODIC_NAME.match(name)
             if match and match["prefix"] == self.prefix:
                 found.append((int(match["epoch"]), int(match["step"]), os.path.join(self.output_dir, name)))
         return [path for _, _, path in sorted(found)]
@@ -208,7 +119,7 @@ class CheckpointManager:
         if self.is_main and source:
             try:
                 if source == "auto":
-                    path, stored = _latest_checkpoint(self.output_dir, lambda p: _load(p, crc_check=True), log_fn)
+                    path, stored = _latest_checkpoint(self.output_dir, lambda p: load(p, crc_check=True), log_fn)
                 else:
                     path, stored = source, _read_state(source)
                 if path:
@@ -319,20 +230,6 @@ class ResumePoint(NamedTuple):
 
 # --------------------------------------------------------------------------- reading
 
-def _load(path, **kwargs):
-    """ms.load_checkpoint with one-line CheckpointErrors for missing and unreadable files."""
-    if not os.path.isfile(path):
-        raise CheckpointError(f"checkpoint not found: {path}")
-    if os.path.getsize(path) == 0:
-        raise CheckpointError(f"{path} is empty (0 bytes), not a checkpoint")
-    try:
-        return ms.load_checkpoint(path, **kwargs)
-    except Exception as exc:  # MindSpore raises ValueError/RuntimeError with multi-line text
-        if "empty after filter" in str(exc):
-            return {}
-        raise CheckpointError(f"{path} is not a readable MindSpore checkpoint ({_first_line(exc)})") from None
-
-
 def _scalar(value):
     if isinstance(value, str) or not hasattr(value, "asnumpy"):
         return value
@@ -346,11 +243,11 @@ def read_checkpoint_meta(path):
     Raises CheckpointError for a missing or unreadable file; returns {} for a checkpoint
     without metadata (converted weights, a foreign file). Reading parses the whole file.
     """
-    return _metadata(_load(path, choice_func=_is_metadata))
+    return _metadata(load(path, choice_func=is_metadata))
 
 
 def _metadata(stored):
-    return {name: _scalar(value) for name, value in stored.items() if _is_metadata(name)}
+    return {name: _scalar(value) for name, value in stored.items() if is_metadata(name)}
 
 
 def find_latest_checkpoint(output_dir, log_fn=print):
@@ -376,7 +273,7 @@ def _latest_checkpoint(output_dir, read, log_fn):
         path = os.path.join(output_dir, name)
         if name.startswith(".") or not name.endswith(".ckpt") or not os.path.isfile(path):
             continue
-        match = _PERIODIC_NAME.match(name)
+        match = PERIODIC_NAME.match(name)
         if match:
             named.append(((int(match["epoch"]), int(match["step"])), path))
         else:
@@ -393,7 +290,7 @@ def _latest_checkpoint(output_dir, read, log_fn):
             return None
         return (int(_scalar(entries[EPOCH_KEY])), int(_scalar(entries.get(STEP_KEY, 0))), rank, path), path, entries
 
-    best = None  # only the leading candidate's entries are kept (a whole state when read is _load)
+    best = None  # only the leading candidate's entries are kept (a whole state when read is load)
     for path in [path for _, path in named] + unnamed:
         is_named = path not in unnamed
         if is_named and best is not None:
@@ -473,7 +370,7 @@ def load_training_state(train_cell, path, skip=CONFIG_DERIVED_PARAMS):
 
 def _read_state(path):
     """Every entry of a training checkpoint (CRC-checked); CheckpointError for anything else."""
-    stored = _load(path, crc_check=True)
+    stored = load(path, crc_check=True)
     if EPOCH_KEY not in stored:
         raise CheckpointError(f"{path} holds no training state (no {EPOCH_KEY!r} entry): "
                               "use it as pretrained weights instead of resuming from it")
@@ -484,7 +381,7 @@ def _apply_state(train_cell, stored, path, skip=CONFIG_DERIVED_PARAMS):
     own = {}
     for _, param in train_cell.parameters_and_names():
         own.setdefault(param.name, param)
-    state = {name: value for name, value in stored.items() if not _is_metadata(name) and name not in skip}
+    state = {name: value for name, value in stored.items() if not is_metadata(name) and name not in skip}
     own = {name: param for name, param in own.items() if name not in skip}
     missing = set(own) - set(state)
     unexpected = set(state) - set(own)
@@ -513,7 +410,7 @@ def prepare_output_dir(output_dir, overwrite=False, resume=None, is_main=True, s
                        data_path=None):
     """The directory this run writes to; an existing non-empty one is never silently reused.
 
-    Rank 0 (is_main) decides (src.tools.run_dir.choose_output_suffix: fresh, resumed,
+    Rank 0 (is_main) decides (src.run.run_dir.choose_output_suffix: fresh, resumed,
     overwritten only when this project created it, else `<output_dir>-n`). Other ranks must
     not look for themselves: rank 0 may already have created or filled the directory by then.
     They get rank 0's decision through `share` (RunContext.from_main: rank 0's integer on every
@@ -522,7 +419,7 @@ def prepare_output_dir(output_dir, overwrite=False, resume=None, is_main=True, s
     not exist yet, and each rank writes its own log there. `resume` is the --resume value and
     `data_path` the dataset root (run_dir.check_output_dir's rules).
     """
-    from src.tools.run_dir import choose_output_suffix, mark_project_dir
+    from src.run.run_dir import choose_output_suffix, mark_project_dir
 
     output_dir = os.path.normpath(output_dir)
     if not is_main and share is None:

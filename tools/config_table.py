@@ -1,7 +1,7 @@
 """The Parameters tables, generated from the config schema in src/config.py.
 
-    python -m src.tools.config_table            # rewrite both tables
-    python -m src.tools.config_table --check    # exit 1 if one is not current
+    python -m tools.config_table            # rewrite both tables
+    python -m tools.config_table --check    # exit 1 if one is not current
 
 README.md holds a compact table (one row per group: keys and defaults) between the two
 marker comments below, the rest of the file left as it is; docs/parameters.md is the full
@@ -11,11 +11,11 @@ import os
 import sys
 
 from src.config import GROUPS
-from src.tools.generated_files import generator_cli, stale
+from tools.generated_files import generator_cli, stale
 
-BEGIN = "<!-- parameters: generated from src/config.py by `python -m src.tools.config_table` -->"
+BEGIN = "<!-- parameters: generated from src/config.py by `python -m tools.config_table` -->"
 END = "<!-- end of parameters -->"
-GENERATED = "Generated from `src/config.py` by `python -m src.tools.config_table`"
+GENERATED = "Generated from `src/config.py` by `python -m tools.config_table`"
 README, DOCS = "README.md", os.path.join("docs", "parameters.md")
 
 
@@ -81,7 +81,7 @@ def stale_files(root="."):
 
 
 def main(argv=None):
-    return generator_cli(argv, "src.tools.config_table", "Write the config schema as the Parameters tables of "
+    return generator_cli(argv, "tools.config_table", "Write the config schema as the Parameters tables of "
                          "README.md and docs/parameters.md.", stale_files)
 
 

@@ -11,8 +11,8 @@ import mindspore
 from mindspore import Parameter, Tensor, nn, ops
 from mindspore.nn.learning_rate_schedule import LearningRateSchedule
 
-from src.tools.optimizer import create_optimizer
-from src.tools.sgd_agc import SGDAGC, adaptive_clip_grad, unitwise_norm
+from src.optim.optimizer import create_optimizer
+from src.optim.sgd_agc import SGDAGC, adaptive_clip_grad, unitwise_norm
 
 CLIPPING, EPS = 0.01, 1e-3
 

@@ -4,7 +4,7 @@ import pytest
 import mindspore
 from mindspore import Tensor
 
-from src.tools.criterion import CrossEntropySmooth, SoftTargetCrossEntropy, create_loss
+from src.trainers.loss import CrossEntropySmooth, SoftTargetCrossEntropy, create_loss
 
 N, C = 6, 5
 

@@ -40,7 +40,7 @@ _STEPS_BEFORE = "epoch_steps_before"
 _RECORD = "epoch_record"
 _STEP_RECORD = "step_record"
 _SO_FAR = "epoch_so_far"
-# what epoch_so_far holds (a mid-epoch checkpoint stores it: src.tools.checkpointing, EPOCH_SO_FAR_PREFIX)
+# what epoch_so_far holds (a mid-epoch checkpoint stores it: src/checkpoint_file.py, SO_FAR_PREFIX)
 SO_FAR_KEYS = ("loss_sum", "finite_steps", "nonfinite_steps", "seconds")
 
 
@@ -115,7 +115,7 @@ class ProgressLogger(_EpochCallback):
         log_interval: steps between progress lines.
         steps_per_epoch: train steps per epoch (the dataset size).
         batch_size: images per train step over all devices, for img/s.
-        lr_schedule: per-optimizer-step lr array (src.tools.schedulers), or None.
+        lr_schedule: per-optimizer-step lr array (src.optim.schedulers), or None.
         total_epochs: the run's last epoch (for the ETA and "epoch 3/30").
         log_fn: where lines go.
         is_main: only rank 0 prints; the others still record the epoch numbers.
@@ -280,7 +280,7 @@ class NonFiniteLossGuard(_EpochCallback):
             return None
         if manager.latest_path:
             return manager.latest_path
-        from src.tools.checkpointing import find_latest_checkpoint
+        from src.run.checkpointing import find_latest_checkpoint
 
         return find_latest_checkpoint(manager.output_dir, log_fn=lambda _: None)
 
@@ -392,7 +392,7 @@ class CheckpointCallback(_EpochCallback):
     """Saves the whole train-cell state every `save_every_epochs` epochs and after the last.
 
     The checkpoint holds every Parameter of the train cell plus epoch_num, step_num and
-    best_top1 (see src.tools.checkpointing), enough for load_training_state to resume.
+    best_top1 (see src.run.checkpointing), enough for load_training_state to resume.
     Epochs cut short by a stop request, and diverged runs, are not saved: the previous
     complete checkpoint stays the latest.
     """
@@ -486,7 +486,7 @@ class _StopWithCheckpoint(_EpochCallback):
 class StopOnSignal(_StopWithCheckpoint):
     """At the end of the step in progress when a SIGTERM / Ctrl-C arrived: a checkpoint, then stop.
 
-    `request` is a src.tools.preemption.StopRequest. The checkpoint holds the exact position
+    `request` is a src.run.preemption.StopRequest. The checkpoint holds the exact position
     (_StopWithCheckpoint). In a distributed run `agree` also makes every rank see a signal that
     reached any of them at the same step: all ranks stop together. `signum` is the signal that
     stopped the run, or None.
@@ -506,7 +506,7 @@ class StopOnSignal(_StopWithCheckpoint):
             return
         import signal
 
-        from src.tools.preemption import exit_status
+        from src.run.preemption import exit_status
 
         self.signum = signum
         epoch, step = self._save_position(cb)

@@ -19,7 +19,7 @@ import mindspore
 from mindspore import Tensor, nn, ops
 from mindspore.ops import composite as C
 
-from src.models.layers import active_forms
+from src.models.layers.config import fused_update_kernel
 from src.models.layers.rowwise import mul_rows, rowwise
 
 __all__ = ["unitwise_norm", "adaptive_clip_grad", "SGDAGC",
@@ -217,11 +217,9 @@ class SGDAGC(nn.Optimizer):
         self.clip_flags = tuple(self.clipping > 0 and not _matches(n, agc_exclude) for n in names)
         self.moments = self._parameters.clone(prefix="momentum", init="zeros")
         self.apply_momentum = ops.ApplyMomentum()
-        self.update_kernel = self.kernel_consts = None
-        if active_forms().fused_kernels if fused is None else fused:
-            from src.models.layers.cpu_kernels import sgd_agc_update_op
-
-            self.update_kernel = sgd_agc_update_op()
+        self.update_kernel = fused_update_kernel("sgd_agc", fused)
+        self.kernel_consts = None
+        if self.update_kernel is not None:
             self.kernel_consts = tuple(
                 Tensor([self.clipping if clip else 0.0, self.eps, self.wd if decay else 0.0,
                         float(_is_vector_like(p.shape)), float(self.nesterov)], mindspore.float32)

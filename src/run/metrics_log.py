@@ -19,7 +19,7 @@ from mindspore.train import Callback
 
 from src.atomic import atomic_path
 from src.errors import UserError
-from src.tools.callbacks import epoch_record, step_record
+from src.run.callbacks import epoch_record, step_record
 
 __all__ = ["MetricsCSV", "read_metrics", "plot_curves", "COLUMNS", "STEP_COLUMNS"]
 
@@ -51,7 +51,7 @@ class MetricsCSV(Callback):
         is_main: only rank 0 writes.
         log_fn: where a failure to draw the curves is reported (it never stops training).
         steps_path: the per-step CSV (None: no per-step rows); its rows come from the step
-            record ProgressLogger leaves (src.tools.callbacks.step_record).
+            record ProgressLogger leaves (src.run.callbacks.step_record).
     """
 
     def __init__(self, path, png_path=None, append=True, is_main=True, log_fn=print, steps_path=None):

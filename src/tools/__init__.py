@@ -1,1 +1,0 @@
-"""Training utilities: optimizers, learning-rate schedules, losses and weight conversion."""
