@@ -209,8 +209,9 @@ class ProgressLogger(_EpochCallback):
         lr = self.lr_at(self._global_step(cb)) if steps else None
         # the steps whose loss is counted: a resume from a checkpoint without epoch_so_far counts its own only
         images = (self._finite_steps + self._nonfinite_steps) * self.batch_size
+        # complete: the epoch's row is written now; a diverged run's last epoch is never resumed, so it is too
         epoch_record(cb).update(train_loss=average, lr=lr, images=images, seconds=seconds,
-                                complete=steps >= self.steps_per_epoch)
+                                complete=steps >= self.steps_per_epoch or bool(cb.get(DIVERGED)))
         if not self.is_main:
             return
         line = (f"epoch {cb.cur_epoch_num}/{self.total_epochs} average loss {average:.4f} "
