@@ -53,6 +53,28 @@ positive_int() {  # positive_int <value> <name>
   echo "$1"
 }
 
+arg_value() {  # arg_value <--flag> <args...>: the value of the last <--flag> among args (--flag v or --flag=v), or ""
+  local flag="$1" previous="" arg value=""
+  shift
+  for arg in "$@"; do
+    case "$arg" in
+      "$flag"=*) value="${arg#*=}" ;;
+      *) if [ "$previous" = "$flag" ]; then value="$arg"; fi ;;
+    esac
+    previous="$arg"
+  done
+  printf '%s' "$value"
+}
+
+config_value() {  # config_value <config> <key>: the YAML's value of <key>, or one error line and exit 2
+  "$PYTHON" -c 'import sys; sys.path.insert(0, sys.argv[1])
+from src.config import UserError, load_config
+try:
+    print(getattr(load_config(sys.argv[2]), sys.argv[3]))
+except UserError as exc:
+    sys.exit(f"error: {exc}")' "$ROOT" "$1" "$2" || exit 2
+}
+
 refuse_other_device() {  # refuse_other_device <device> <launcher for CPU> <args...>: the overrides may not move
   # this launcher's run to another device (it passes --device_target <device>; a later one would win)
   local device="$1" cpu_launcher="$2" previous="" arg value

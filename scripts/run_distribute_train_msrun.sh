@@ -91,27 +91,14 @@ if [ -n "${NODE_RANK:-}" ]; then
 fi
 
 # The one timeout: --cluster_timeout among the arguments, else CLUSTER_TIMEOUT, else the config's value.
-ARG_TIMEOUT=""
-PREVIOUS=""
-for ARG in "$@"; do
-  case "$ARG" in
-    --cluster_timeout=*) ARG_TIMEOUT="${ARG#*=}" ;;
-    *) if [ "$PREVIOUS" = --cluster_timeout ]; then ARG_TIMEOUT="$ARG"; fi ;;
-  esac
-  PREVIOUS="$ARG"
-done
+ARG_TIMEOUT="$(arg_value --cluster_timeout "$@")"
 if [ -n "$ARG_TIMEOUT" ] && [ -n "${CLUSTER_TIMEOUT:-}" ] && [ "$ARG_TIMEOUT" != "$CLUSTER_TIMEOUT" ]; then
   bad_setting "CLUSTER_TIMEOUT $CLUSTER_TIMEOUT differs from --cluster_timeout $ARG_TIMEOUT: give one"
 fi
 TIMEOUT_ARGS=()
 if [ -z "$ARG_TIMEOUT" ]; then
   if [ -z "${CLUSTER_TIMEOUT:-}" ]; then
-    CLUSTER_TIMEOUT="$("$PYTHON" -c 'import sys; sys.path.insert(0, sys.argv[1])
-from src.config import UserError, load_config
-try:
-    print(load_config(sys.argv[2]).cluster_timeout)
-except UserError as exc:
-    sys.exit(f"error: {exc}")' "$ROOT" "$CONFIG_PATH")" || exit 2
+    CLUSTER_TIMEOUT="$(config_value "$CONFIG_PATH" cluster_timeout)" || exit 2
   fi
   TIMEOUT_ARGS=(--cluster_timeout "$CLUSTER_TIMEOUT")
 fi
@@ -119,23 +106,8 @@ TIMEOUT_NAME=CLUSTER_TIMEOUT
 if [ -n "$ARG_TIMEOUT" ]; then TIMEOUT_NAME=--cluster_timeout; fi
 CLUSTER_TIMEOUT="$(int_setting "${ARG_TIMEOUT:-$CLUSTER_TIMEOUT}" "$TIMEOUT_NAME" 1 604800)"
 # the device the workers run on, for the run directory's name: the last --device_target given, else the config's
-DEVICE=""
-PREVIOUS=""
-for ARG in "$@"; do
-  case "$ARG" in
-    --device_target=*) DEVICE="${ARG#*=}" ;;
-    *) if [ "$PREVIOUS" = --device_target ]; then DEVICE="$ARG"; fi ;;
-  esac
-  PREVIOUS="$ARG"
-done
-if [ -z "$DEVICE" ]; then
-  DEVICE="$("$PYTHON" -c 'import sys; sys.path.insert(0, sys.argv[1])
-from src.config import UserError, load_config
-try:
-    print(load_config(sys.argv[2]).device_target)
-except UserError as exc:
-    sys.exit(f"error: {exc}")' "$ROOT" "$CONFIG_PATH")" || exit 2
-fi
+DEVICE="$(arg_value --device_target "$@")"
+if [ -z "$DEVICE" ]; then DEVICE="$(config_value "$CONFIG_PATH" device_target)" || exit 2; fi
 make_run_dir "$(basename "$ENTRY_SCRIPT" .py)_msrun_$(tr '[:upper:]' '[:lower:]' <<< "$DEVICE")_${WORKER_NUM}p"
 
 # msrun starts each worker as `python <script>`, the first `python` on PATH: make it $PYTHON
