@@ -23,9 +23,10 @@ unscale is folded into the optimizer's kernel (``optimizer(grads, 1 / loss_scale
 products, not a gradient-sized Mul pass per gradient first) and the overflow check reads the
 scaled gradients (finite exactly when the unscaled ones are: the scale is >= 1). With a fused EMA
 over exactly the optimizer's weights, the same kernel also updates each weight's average right
-after the weight (``fold_ema``: the same arithmetic, one pass over the weights fewer). Gradients are averaged over micro-batches, not summed, so
-N micro-batches of B images give the step of one batch of N*B images; the optimizer's
-global_step (and with it the learning-rate schedule) advances once per applied step.
+after the weight (``fold_ema``: the same arithmetic, one pass over the weights fewer).
+Gradients are averaged over micro-batches, not summed, so N micro-batches of B images give the
+step of one batch of N*B images; the optimizer's global_step (and with it the learning-rate
+schedule) advances once per applied step.
 A skipped step (overflow) does not advance it, nor the EMA.
 """
 import mindspore
