@@ -56,6 +56,9 @@ def main(argv=None):
     if os.environ.get("MS_ROLE"):  # msrun's processes (msrun waits for them; other launchers may not)
         end_with_parent()  # a killed launcher takes its workers with it
     from src.run.checkpointing import describe_kept, write_errors_reported
+    from src.run.console_filter import filter_native_stderr
+
+    filter_native_stderr()  # MindSpore's report of the dataset workers a stop of the process group ended
 
     ctx = init_context(cfg.device_target, cfg.device_id, cfg.mode, cfg.seed, cfg.deterministic, cfg.distribute,
                        cfg.cluster_timeout)

@@ -267,6 +267,20 @@ def test_run_logged_keeps_the_dataset_workers_stop_reports_off_the_console_and_i
     assert log.read_text().splitlines() == lines
 
 
+def test_train_py_keeps_off_the_console_what_the_launchers_keep_off(tmp_path):
+    """Issue 27: a plain `python train.py` passes MindSpore's native stderr through src/run/console_filter.py
+    (run here as train.py runs it, a process reading a pipe); it drops exactly the lines console_lines drops."""
+    lines = ["epoch 1/2 step 13/44 loss 2.3016", *MD_STOPPED, MD_KILLED, "error: a real one", "no newline at the end"]
+    text = "\n".join(lines)
+    script = os.path.join(ROOT, "src", "run", "console_filter.py")
+    filtered = subprocess.run([sys.executable, "-S", script], input=text, capture_output=True, text=True, timeout=60)
+    shell = subprocess.run(["bash", "-c", f'source "{SCRIPTS}/launch_common.sh"; console_lines'], input=text,
+                           capture_output=True, text=True, timeout=60)
+    assert filtered.returncode == 0 and filtered.stderr == "", filtered.stderr
+    assert filtered.stdout.splitlines() == [lines[0], MD_KILLED, "error: a real one", "no newline at the end"]
+    assert filtered.stdout.splitlines() == shell.stdout.splitlines()
+
+
 @pytest.mark.timeout(300)
 def test_the_msrun_run_directory_names_the_device(tmp_path):
     """Issue 27: the default run directory says the device the workers run on: the config's (dm_nfnet_f0.yaml:

@@ -4,16 +4,20 @@ Preemptible clusters (Slurm, Kubernetes, ModelArts) send SIGTERM and kill the jo
 grace period. `StopRequest` records the first SIGTERM or SIGINT (Ctrl-C); training finishes
 the step in progress, writes a mid-epoch checkpoint (src.run.callbacks.StopOnSignal) and
 exits with 128 + the signal number (143 for SIGTERM, 130 for Ctrl-C), what shells and
-schedulers report for a job ended by that signal. A second Ctrl-C (or a second signal of
-either kind) ends the process at once: SIGINT gets its default action, which the kernel
-carries out even inside a long kernel.
+schedulers report for a job ended by that signal. A second Ctrl-C ends the process at once:
+after the first signal SIGINT gets its default action, which the kernel carries out even
+inside a long kernel. A second SIGTERM changes nothing: it is the same request (a scheduler
+follows it with SIGKILL after its grace period), and MindSpore sends one itself when a SIGTERM
+to the process group also ended its dataset workers ("Dataset worker process N was killed by
+signal: Terminated. Main process will be terminated."; measured: ending the process there lost
+the checkpoint, tests/reliability/test_group_stop.py).
 
 Python runs a signal handler only between bytecodes of the main thread, i.e. when the step's
-kernels have returned; the handler itself only records the signal (the second one exits).
-Measured with MindSpore 2.10: once the data pipeline runs, a SIGINT can reach Python as SIGTERM
-(MindSpore's dataset engine registers C-level SIGINT/SIGTERM handlers, mindspore::dataset::
-SIGINTHandler), so a Ctrl-C may stop the run with status 143; the second Ctrl-C then arrives as
-SIGTERM too and ends the process through the handler, i.e. once the current kernel returns.
+kernels have returned; the handler itself only records the signal. Measured with MindSpore 2.10:
+once the data pipeline runs, a SIGINT can reach Python as SIGTERM (MindSpore's dataset engine
+registers C-level SIGINT/SIGTERM handlers, mindspore::dataset::SIGINTHandler), so a Ctrl-C may
+stop the run with status 143; the handler then gives SIGINT its default action, so the second
+Ctrl-C still ends the process at once.
 """
 import ctypes
 import faulthandler
@@ -54,11 +58,12 @@ class StopRequest:
         return signal.Signals(self.signum).name if self.signum else None
 
     def _handle(self, signum, _frame):
-        if self.signum is not None:  # the second signal: stop now
-            os._exit(exit_status(signum))
+        if self.signum is not None:  # a SIGTERM again: the same request (a second Ctrl-C has no handler now)
+            return
         self.signum = signum
-        if signum == signal.SIGINT:
-            signal.signal(signal.SIGINT, signal.SIG_DFL)  # a second Ctrl-C ends the process at once
+        # a second Ctrl-C ends the process at once: the kernel's default action, also when MindSpore's dataset
+        # engine passed the first one on as SIGTERM (this replaces its C-level SIGINT handler)
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         if self.deadline:  # a stop that hangs (a peer lost mid-collective) ends after it, from a C thread
             faulthandler.dump_traceback_later(self.deadline, exit=True)
         print(f"{signal.Signals(signum).name} received: finishing the current step, then writing a checkpoint "
