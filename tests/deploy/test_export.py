@@ -60,11 +60,20 @@ def mindir_ops(path):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("conv_impl", ["native", "im2col_cpu"])
+@pytest.mark.parametrize("conv_impl", [None, "im2col_cpu"])
 def test_mindir_gives_the_eval_network_logits(tmp_path, nano, nano_ckpt, conv_impl, capsys):
-    path = export(tmp_path, nano_ckpt, "--batch_size", "3", "--conv_impl", conv_impl)
+    """None: exported on this CPU machine with default options, which is the portable form: one Conv2D per
+    convolution, no im2col slices. im2col_cpu: the named option does what it says."""
+    path = export(tmp_path, nano_ckpt, "--batch_size", "3", *(["--conv_impl", conv_impl] if conv_impl else []))
+    conv_impl = conv_impl or "native"
     assert mindir_input_shape(path) == ((3, 3, 64, 64), True)
     assert f"{conv_impl} convolutions" in capsys.readouterr().out
+    ops = mindir_ops(path)
+    if conv_impl == "native":
+        assert ops["Conv2D"] == sum(isinstance(c, ScaledStdConv2d) for _, c in nano.cells_and_names()) == 25
+        assert not {"Slice", "StridedSlice", "MatMulExt", "BatchMatMul", "Concat", "Stack"} & set(ops)
+    else:
+        assert ops["Conv2D"] == 0 and ops["Slice"] > 0
     x = images(3)
     logits = run_mindir(path, x)
     # the graph runs exactly what the folded network runs in Graph mode (README: bit-identical)
@@ -78,17 +87,6 @@ def test_mindir_gives_the_eval_network_logits(tmp_path, nano, nano_ckpt, conv_im
     error = relative_max_error(logits, nano(ms.Tensor(x)).asnumpy())
     print(f"MINDIR (folded, {conv_impl} conv) vs eval network, nano batch 3: {error:.2e}")
     assert error <= 5e-6  # measured 4.2e-7 (native) and 3.3e-7 (im2col_cpu)
-
-
-@pytest.mark.timeout(300)
-def test_default_export_on_cpu_is_portable_native_conv2d(tmp_path, nano, nano_ckpt):
-    """Exported on this CPU machine with default options: one Conv2D per convolution, no im2col slices."""
-    convs = sum(isinstance(c, ScaledStdConv2d) for _, c in nano.cells_and_names())
-    default = mindir_ops(export(tmp_path, nano_ckpt, name="default"))
-    assert default["Conv2D"] == convs == 25
-    assert not {"Slice", "StridedSlice", "MatMulExt", "BatchMatMul", "Concat", "Stack"} & set(default)
-    cpu_only = mindir_ops(export(tmp_path, nano_ckpt, "--conv_impl", "im2col_cpu", name="im2col"))
-    assert cpu_only["Conv2D"] == 0 and cpu_only["Slice"] > 0  # the named option does what it says
 
 
 @pytest.mark.timeout(300)
@@ -125,25 +123,22 @@ def test_dynamic_batch_is_refused_for_mindir(tmp_path, nano_ckpt):
 
 
 @pytest.mark.timeout(300)
-def test_ema_weights_are_exported_when_present_and_asked(tmp_path, nano_weights, nano_ema_ckpt):
+def test_ema_weights_are_exported_when_present_and_asked(tmp_path, nano_weights, nano_ema_ckpt, monkeypatch):
+    """Also: one mindspore.load_checkpoint per export (src/checkpoint_file.py): the EMA check and the weights
+    share it (two before); the data settings come from the header walk, which parses no tensor."""
     x = images(1)
     ema = make_network("dm_nfnet_nano", nano_weights["ema"], NUM_CLASSES)(ms.Tensor(x)).asnumpy()
     raw = make_network("dm_nfnet_nano", nano_weights["raw"], NUM_CLASSES)(ms.Tensor(x)).asnumpy()
-    with_ema = run_mindir(export(tmp_path, nano_ema_ckpt, "--use_ema", name="ema"), x)
+    reads, real = [], ms.load_checkpoint
+    with monkeypatch.context() as patch:
+        patch.setattr(ms, "load_checkpoint", lambda path, *a, **k: reads.append(str(path)) or real(path, *a, **k))
+        ema_model = export(tmp_path, nano_ema_ckpt, "--use_ema", name="ema")
+    assert reads == [os.path.abspath(str(nano_ema_ckpt))]
+    with_ema = run_mindir(ema_model, x)
     without = run_mindir(export(tmp_path, nano_ema_ckpt, "--use_ema", "false", name="raw"), x)
     assert relative_max_error(with_ema, ema) <= 5e-6  # same graph as above: 5e-7 measured
     assert relative_max_error(without, raw) <= 5e-6
     assert relative_max_error(with_ema, raw) > 1e-2
-
-
-@pytest.mark.timeout(300)
-def test_exporting_a_checkpoint_parses_it_once(tmp_path, nano_ema_ckpt, monkeypatch):
-    """One mindspore.load_checkpoint per export (src/checkpoint_file.py): the EMA check and the weights
-    share it (two before); the data settings come from the header walk, which parses no tensor."""
-    reads, real = [], ms.load_checkpoint
-    monkeypatch.setattr(ms, "load_checkpoint", lambda path, *a, **k: reads.append(str(path)) or real(path, *a, **k))
-    export(tmp_path, nano_ema_ckpt, "--use_ema")
-    assert reads == [os.path.abspath(str(nano_ema_ckpt))]
 
 
 def test_raw_weights_are_exported_with_a_note_when_there_is_no_ema(tmp_path, nano, nano_ckpt, capsys):

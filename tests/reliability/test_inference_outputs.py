@@ -23,7 +23,10 @@ UNWRITABLE = "/sys/kernel"  # no file can be created there, not even by root (os
 
 
 def predict(*args, probe_imports=False):
-    return entry("predict.py", "--device_target", "CPU", *args, config=None, probe_imports=probe_imports)
+    # a checkpoint's network runs PyNative here: half the CPU of a graph compile per process (6 of 13 s,
+    # measured), and these cases are about files and messages; the graph route: tests/test_predict.py
+    mode = ["--mode", "PYNATIVE"] if "--checkpoint" in args else []
+    return entry("predict.py", "--device_target", "CPU", *args, *mode, config=None, probe_imports=probe_imports)
 
 
 def refused_before_work(result):
