@@ -4,7 +4,7 @@ Every callback reads and writes the run's one `RunState` (src/run/state.py: the 
 stop reason and signal, the non-finite count, the best score, the epoch's numbers), given to each
 at construction; none keeps a flag in cb_params. The run returns `state.result()`.
 
-THE callback order (src/builders.py build_callbacks builds it; a subset keeps it):
+The one callback order (src/builders.py build_callbacks builds it; a subset keeps it):
 
     ResumePosition      a resumed epoch's remaining batches count as its steps skip_steps + 1 ...
     ProgressLogger      the step's loss and lr, the epoch's sums (epoch_so_far), its train loss row
