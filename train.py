@@ -51,7 +51,7 @@ def main(argv=None):
 
     notices = []  # the settings' notices (workers lowered), printed and in train.log once it exists
     cfg = fit_to_machine(cfg, notice=notices.append)  # a device this machine lacks stops here, in one line
-    check_before_init(cfg, check_inputs)  # before the heavy imports: a wrong path costs no graph build
+    listing = check_before_init(cfg, check_inputs)  # before the heavy imports: a wrong path costs no graph build
     check_output_dir(cfg.output_dir, cfg.overwrite_output, cfg.resume, cfg.data_path)
     if os.environ.get("MS_ROLE"):  # msrun's processes (msrun waits for them; other launchers may not)
         end_with_parent()  # a killed launcher takes its workers with it
@@ -68,46 +68,49 @@ def main(argv=None):
     def kept():
         return describe_kept(run_dir["path"]) if run_dir else "nothing was written"
 
-    with data_and_results(cfg, ctx, lambda: run_dir.get("path"), check_inputs), \
+    with data_and_results(cfg, ctx, lambda: run_dir.get("path"), check_inputs) as copied, \
             StopRequest(deadline) as stop_request, write_errors_reported(kept):
-        return train(cfg, ctx, stop_request, max_steps=args.max_steps, run_dir=run_dir, notices=notices)
+        return train(cfg, ctx, stop_request, max_steps=args.max_steps, run_dir=run_dir, notices=notices,
+                     listing=copied or listing)
 
 
 def check_inputs(cfg):
-    """The dataset layout and the checkpoint files named on the command line (one-line errors)."""
-    from src.data.folder import check_dataset_layout
+    """The dataset layout and the checkpoint files named on the command line (one-line errors); returns the
+    dataset's listing (src.data.folder.list_dataset), which the run reuses: each split is walked once."""
+    from src.data.folder import list_dataset
 
     if cfg.eval_while_train and os.path.realpath(os.path.join(cfg.data_path, cfg.train_split)) == \
             os.path.realpath(os.path.join(cfg.data_path, cfg.val_split)):
         raise UserError(f"val_split {cfg.val_split} is the training split (train_split {cfg.train_split}): the "
                         "best checkpoint would be chosen on training images; set val_split to a held-out split "
                         "or eval_while_train false")
-    check_dataset_layout(cfg.data_path, cfg.train_split, cfg.val_split if cfg.eval_while_train else None,
-                         num_classes=cfg.num_classes)
+    listing = list_dataset(cfg.data_path, cfg.train_split, cfg.val_split if cfg.eval_while_train else None,
+                           num_classes=cfg.num_classes)
     for key in ("pretrained", "resume"):
         path = getattr(cfg, key)
         if path not in (None, "auto") and not os.path.isfile(path):
             raise UserError(f"checkpoint not found: {path} (given as {key})")
+    return listing
 
 
-def train(cfg, ctx, stop_request=None, max_steps=None, run_dir=None, notices=()):
+def train(cfg, ctx, stop_request=None, max_steps=None, run_dir=None, notices=(), listing=None):
     """Train; returns the exit status. Every input (the checkpoint to resume, the pretrained weights) is read
     and checked before the run directory is prepared (decided by rank 0, every rank writes its log there;
     its path goes into `run_dir["path"]`), so a refused run writes nothing. `notices`: lines for the log (console
-    and train.log) from before it exists."""
+    and train.log) from before it exists. `listing`: check_inputs' listing of the dataset (listed now when None)."""
     from src import builders
     from src.data.data_settings import checkpoint_entry, settings_from_config
-    from src.data.folder import split_classes
     from src.run.checkpointing import CheckpointManager, prepare_output_dir
     from src.trainers.loss import create_loss
     from src.run.framework_warnings import divert_framework_warnings
     from src.run.logger import RunLogger
-    from src.run.preemption import exit_status
+    from src.run.state import RunState
 
+    listing = listing or check_inputs(cfg)
     early = list(notices)  # log lines of the checks, on the console and in train.log once it exists
     shape = dict(batch_size=cfg.batch_size, device_num=ctx.group_size, accumulation_step=cfg.accumulation_step,
                  epochs=cfg.epochs)
-    record = settings_from_config(cfg, split_classes(cfg.data_path, cfg.train_split))
+    record = settings_from_config(cfg, listing[cfg.train_split].classes)
     manager = CheckpointManager(cfg.output_dir, cfg.arch, cfg.keep_checkpoint_max, is_main=ctx.is_main,
                                 run_meta=shape, extra_meta=checkpoint_entry(record))
     resume = manager.resume(cfg.resume, share=ctx.from_main, log_fn=early.append)  # reads it once (rank 0)
@@ -136,10 +139,13 @@ def train(cfg, ctx, stop_request=None, max_steps=None, run_dir=None, notices=())
 
     bad_file_log = os.path.join(output_dir, "bad_files.txt")
     # a run stopped in the middle of an epoch continues with that epoch's remaining batches, then the next epoch
-    train_ds, mixup = builders.build_train_dataset(cfg, ctx, start_epoch + (1 if skip_steps else 0), bad_file_log)
-    rest_of_epoch = builders.build_train_dataset(cfg, ctx, start_epoch, bad_file_log, skip_batches=skip_steps)[0] \
-        if skip_steps else None
-    val_ds = builders.build_eval_dataset(cfg, ctx, bad_file_log) if cfg.eval_while_train else None
+    train_listing = listing[cfg.train_split]
+    train_ds, mixup = builders.build_train_dataset(cfg, ctx, start_epoch + (1 if skip_steps else 0), bad_file_log,
+                                                   listing=train_listing)
+    rest_of_epoch = builders.build_train_dataset(cfg, ctx, start_epoch, bad_file_log, skip_batches=skip_steps,
+                                                 listing=train_listing)[0] if skip_steps else None
+    val_ds = builders.build_eval_dataset(cfg, ctx, bad_file_log, listing=listing[cfg.val_split]) \
+        if cfg.eval_while_train else None
     micro_steps = train_ds.get_dataset_size()
     steps_per_epoch = micro_steps // cfg.accumulation_step
     if steps_per_epoch < 1:
@@ -159,28 +165,22 @@ def train(cfg, ctx, stop_request=None, max_steps=None, run_dir=None, notices=())
     manager.restore(train_cell, micro_steps, share_parameters=ctx.share_parameters, log_fn=log)  # after resume()
 
     eval_fn = builders.build_eval_fn(cfg, ctx, train_cell, network, val_ds) if val_ds is not None else None
+    state = RunState(epoch_steps_before=skip_steps, epoch_so_far=resume.so_far)  # what the callbacks share
     callbacks = builders.build_callbacks(cfg, ctx, log, output_dir, manager, train_cell, eval_fn, micro_steps,
-                                         lr_schedule, resumed=resume.status is not None, stop_request=stop_request,
-                                         skip_steps=skip_steps, max_steps=max_steps,
-                                         epoch_so_far=resume.so_far)
+                                         lr_schedule, resumed=resume.status is not None, state=state,
+                                         stop_request=stop_request, max_steps=max_steps)
     from src.data.dataset import reported_data_errors
-    from src.run.callbacks import NonFiniteLossGuard, StopOnSignal
 
     start = time.time()
     with reported_data_errors():
-        run(train_ds, callbacks, start_epoch, rest_of_epoch)
+        result = run(train_ds, callbacks, state, start_epoch, rest_of_epoch)
     log(f"training finished in {(time.time() - start) / 60:.1f} min; steps skipped for non-finite values: "
         f"{int(train_cell.overflow_count.asnumpy())}")
     if manager.best_top1 is not None:
         log(f"best top1 {manager.best_top1:.4f}: {manager.best_path}")
-    guard = next(c for c in callbacks if isinstance(c, NonFiniteLossGuard))
-    if guard.stopped:
-        log(guard.message)
-        return 1
-    stopper = next((c for c in callbacks if isinstance(c, StopOnSignal)), None)
-    if stopper is not None and stopper.signum:
-        return exit_status(stopper.signum)
-    return 0
+    if result.message:
+        log(result.message)
+    return result.status
 
 
 if __name__ == "__main__":

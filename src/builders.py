@@ -108,18 +108,19 @@ def _shards(ctx):
     return dict(num_shards=ctx.group_size, shard_id=ctx.rank) if ctx.distributed else {}
 
 
-def build_eval_dataset(cfg, ctx, bad_file_log=None, record=None, class_names=None):
+def build_eval_dataset(cfg, ctx, bad_file_log=None, record=None, class_names=None, listing=None):
     """The evaluation pipeline: every image of the val split exactly once, sharded by rank.
 
     record, class_names: a checkpoint's data settings (mean/std) and class list (labels are
-    positions in it, see src.data.folder.scan_image_folder).
+    positions in it, see src.data.folder.scan_image_folder). listing: the val split as listed by
+    src.data.folder.list_dataset (not listed again).
     """
     from src.data import create_dataset
 
     return create_dataset(cfg.data_path, cfg.val_split, False, cfg.eval_batch_size or cfg.batch_size,
                           build_eval_transform(cfg, record), num_parallel_workers=cfg.num_parallel_workers,
                           strict_data=cfg.strict_data, bad_file_log=bad_file_log, class_names=class_names,
-                          **_shards(ctx))
+                          listing=listing, **_shards(ctx))
 
 
 def build_train_transforms(cfg):
@@ -150,16 +151,17 @@ def build_train_transforms(cfg):
     return transform, mixup
 
 
-def build_train_dataset(cfg, ctx, start_epoch=0, bad_file_log=None, skip_batches=0):
+def build_train_dataset(cfg, ctx, start_epoch=0, bad_file_log=None, skip_batches=0, listing=None):
     """(training pipeline, mixup or None) of build_train_transforms, sharded by rank; skip_batches leaves
-    out the first batches of the epoch (the rest of an epoch a stopped run had begun)."""
+    out the first batches of the epoch (the rest of an epoch a stopped run had begun); listing: the train
+    split as listed by src.data.folder.list_dataset (not listed again)."""
     from src.data import create_dataset
 
     transform, mixup = build_train_transforms(cfg)
     dataset = create_dataset(cfg.data_path, cfg.train_split, True, cfg.batch_size, transform,
                              num_parallel_workers=cfg.num_parallel_workers, seed=cfg.seed, mixup=mixup,
                              strict_data=cfg.strict_data, start_epoch=start_epoch, bad_file_log=bad_file_log,
-                             skip_batches=skip_batches, **_shards(ctx))
+                             skip_batches=skip_batches, listing=listing, **_shards(ctx))
     return dataset, mixup
 
 
@@ -185,13 +187,14 @@ def build_optimizer(cfg, network, lr_schedule):
 
 
 def build_trainer(cfg, network, loss_fn, optimizer, log_fn=print):
-    """(train cell holding all training state, run(dataset, callbacks, initial_epoch, rest_of_epoch=None)).
+    """(train cell holding all training state, run(dataset, callbacks, state, initial_epoch, rest_of_epoch=None)).
 
-    rest_of_epoch: a dataset of the remaining batches of epoch initial_epoch + 1, which a stopped run
-    had begun; it runs first, as a pass of its own (callbacks[0] must then be a ResumePosition), and
-    `dataset` continues with the next epoch. In a distributed run, run() ends the process with one
-    error line when a rank is lost (see src.run.context.lost_rank_ends_process). log_fn: where the CPU's
-    AMP fallback is said (the run's log).
+    run() trains with the callbacks of build_callbacks, which share `state` (src.run.state.RunState), and
+    returns its RunResult (the exit status). rest_of_epoch: a dataset of the remaining batches of epoch
+    initial_epoch + 1, which a stopped run had begun; it runs first, as a pass of its own (callbacks[0] is a
+    ResumePosition), and `dataset` continues with the next epoch unless that pass stopped the run. In a
+    distributed run, run() ends the process with one error line when a rank is lost (see
+    src.run.context.lost_rank_ends_process). log_fn: where the CPU's AMP fallback is said (the run's log).
     """
     from src.trainers import EMA, FunctionalTrainer, create_train_step
     from src.trainers.amp import cpu_amp_notice
@@ -226,14 +229,15 @@ def build_trainer(cfg, network, loss_fn, optimizer, log_fn=print):
 def _resumable_run(cfg, train_pass):
     from src.run.context import lost_rank_ends_process
 
-    def run(dataset, callbacks, initial_epoch, rest_of_epoch=None):
+    def run(dataset, callbacks, state, initial_epoch, rest_of_epoch=None):
         with lost_rank_ends_process(cfg.cluster_timeout):
             if rest_of_epoch is not None:
                 train_pass(rest_of_epoch, callbacks, initial_epoch + 1, initial_epoch)
-                if callbacks[0].stop_requested or initial_epoch + 1 >= cfg.epochs:
-                    return
+                if state.stop_reason is not None or initial_epoch + 1 >= cfg.epochs:
+                    return state.result()
                 initial_epoch += 1
             train_pass(dataset, callbacks, cfg.epochs, initial_epoch)
+        return state.result()
 
     return run
 
@@ -255,36 +259,37 @@ def build_eval_fn(cfg, ctx, train_cell, network, val_dataset):
 
 
 def build_callbacks(cfg, ctx, log, output_dir, manager, train_cell, eval_fn, micro_steps, lr_schedule, resumed,
-                    stop_request=None, skip_steps=0, max_steps=None, epoch_so_far=None):
-    """Resume position, progress, non-finite guard, stop on a signal (stop_request: a StopRequest), stop at
+                    state, stop_request=None, max_steps=None):
+    """The run's callbacks in the order src/run/callbacks.py documents, all sharing `state` (a RunState):
+    resume position, progress, non-finite guard, stop on a signal (stop_request: a StopRequest), stop at
     max_steps (train.py --max_steps), evaluation + best checkpoint, unreadable-file report, periodic
-    checkpoints, metrics CSV + curves. epoch_so_far: the mid-epoch checkpoint's sums of the skip_steps."""
+    checkpoints, metrics CSV + curves."""
     from src.run.callbacks import (BadFileReport, CheckpointCallback, EvalCallback, NonFiniteLossGuard,
                                      ProgressLogger, ResumePosition, StepLimit, StopOnSignal)
     from src.run.metrics_log import MetricsCSV
 
     callbacks = [
-        ResumePosition(micro_steps, skip_steps),
+        ResumePosition(micro_steps),
         ProgressLogger(cfg.log_interval, micro_steps, cfg.batch_size * ctx.group_size, lr_schedule, cfg.epochs,
                        log_fn=log, is_main=ctx.is_main, accumulation_step=cfg.accumulation_step, max_steps=max_steps,
-                       epoch_so_far=epoch_so_far),
-        NonFiniteLossGuard(cfg.max_nonfinite_steps, checkpoint_manager=manager, log_fn=log, is_main=ctx.is_main),
+                       state=state),
+        NonFiniteLossGuard(cfg.max_nonfinite_steps, checkpoint_manager=manager, log_fn=log, is_main=ctx.is_main,
+                           state=state),
     ]
-    agree = ctx.max_over_ranks if ctx.distributed else None
+    stops = dict(train_cell=train_cell, agree=ctx.max_over_ranks if ctx.distributed else None, log_fn=log,
+                 is_main=ctx.is_main, state=state)
     if stop_request is not None:
-        callbacks.append(StopOnSignal(stop_request, manager, train_cell=train_cell, agree=agree, log_fn=log,
-                                      is_main=ctx.is_main))
+        callbacks.append(StopOnSignal(stop_request, manager, **stops))
     if max_steps is not None:
-        callbacks.append(StepLimit(max_steps, manager, train_cell=train_cell, agree=agree, log_fn=log,
-                                   is_main=ctx.is_main))
+        callbacks.append(StepLimit(max_steps, manager, **stops))
     if eval_fn is not None:
         callbacks.append(EvalCallback(eval_fn, cfg.eval_interval, checkpoint_manager=manager, train_cell=train_cell,
-                                      total_epochs=cfg.epochs, log_fn=log, is_main=ctx.is_main))
+                                      total_epochs=cfg.epochs, log_fn=log, is_main=ctx.is_main, state=state))
     # the file train.py gives the datasets as bad_file_log
     callbacks.append(BadFileReport(os.path.join(output_dir, "bad_files.txt"), log_fn=log, is_main=ctx.is_main))
     callbacks.append(CheckpointCallback(manager, cfg.save_every_epochs, train_cell=train_cell,
-                                        total_epochs=cfg.epochs, log_fn=log))
+                                        total_epochs=cfg.epochs, log_fn=log, state=state))
     callbacks.append(MetricsCSV(os.path.join(output_dir, "metrics.csv"), os.path.join(output_dir, "curves.png"),
                                 append=resumed, is_main=ctx.is_main, log_fn=log,
-                                steps_path=os.path.join(output_dir, "metrics_steps.csv")))
+                                steps_path=os.path.join(output_dir, "metrics_steps.csv"), state=state))
     return callbacks

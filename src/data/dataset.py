@@ -171,7 +171,7 @@ def create_mixup(mix_up=0.0, cutmix=0.0, cutmix_minmax=None, mixup_prob=1.0, swi
 def create_dataset(data_path, split, is_training, batch_size, transform, num_parallel_workers=2, shuffle=None,
                    num_shards=None, shard_id=None, drop_remainder=None, seed=0, mixup=None, strict_data=False,
                    start_epoch=0, bad_file_log=None, python_multiprocessing=DEFAULT_PYTHON_MULTIPROCESSING,
-                   skip_batches=0, class_names=None):
+                   skip_batches=0, class_names=None, listing=None):
     """Batched mindspore.dataset pipeline over ``data_path/split`` (columns: see the module docstring).
 
     Args:
@@ -197,6 +197,8 @@ def create_dataset(data_path, split, is_training, batch_size, transform, num_par
             that a stopped run had begun; image folders only).
         class_names: the model's classes in label order (from its checkpoint): a folder's label is
             its position there (the folders may be a subset); default: the sorted folder names.
+        listing: the split as src.data.folder.list_dataset listed it (a SplitListing, labelled with the same
+            class_names): its images are not listed again.
     """
     if (num_shards is None) != (shard_id is None):
         raise ValueError("num_shards and shard_id must be given together")
@@ -209,7 +211,7 @@ def create_dataset(data_path, split, is_training, batch_size, transform, num_par
         raise ValueError("evaluation never drops images: drop_remainder must be False/None")
     if not is_training and mixup is not None:
         raise ValueError("mixup applies to training only")
-    source = _open_source(data_path, split, class_names, strict_data, bad_file_log)
+    source = _open_source(data_path, split, class_names, strict_data, bad_file_log, listing)
     loader = dict(workers=max(1, int(num_parallel_workers)), python_multiprocessing=python_multiprocessing)
     if not is_training:
         dataset = create_loader(source.eval_rows(num_shards, shard_id, batch_size), transform, batch_size, **loader)
@@ -232,9 +234,9 @@ def create_dataset(data_path, split, is_training, batch_size, transform, num_par
                          **loader)
 
 
-def _open_source(data_path, split, class_names, strict_data, bad_file_log):
+def _open_source(data_path, split, class_names, strict_data, bad_file_log, listing=None):
     """The split's source: its MindRecord files when converted (classes checked against ``class_names``),
-    else its folder."""
+    else its folder (the images of ``listing`` when given, else listed now)."""
     if is_mindrecord_split(data_path, split):
         stored = read_classes(data_path, split)
         if class_names is not None and list(stored) != list(class_names):
@@ -242,7 +244,8 @@ def _open_source(data_path, split, class_names, strict_data, bad_file_log):
                                f"({len(class_names)}) in the same order; convert the image folder again")
         return MindRecordSource(mindrecord_files(data_path, split))
     split_dir = os.path.join(data_path, split)
-    return FolderSource(scan_image_folder(split_dir, class_names)[0], split_dir, strict_data, bad_file_log)
+    samples = listing.samples if listing is not None else scan_image_folder(split_dir, class_names)[0]
+    return FolderSource(samples, split_dir, strict_data, bad_file_log)
 
 
 def create_loader(rows, transform, batch_size, seed=None, mixup=None, start_epoch=0, skip_batches=0,

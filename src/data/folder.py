@@ -1,4 +1,7 @@
-"""ImageNet-layout folders: root/<split>/<class>/<image>, checked before any model is built.
+"""ImageNet-layout folders: root/<split>/<class>/<image>, listed once and checked before any model is built.
+
+`list_dataset` walks each split once; the class split, the data source (create_dataset(listing=...))
+and a resumed run reuse that listing.
 
 Nothing here imports MindSpore, so train.py / eval.py can validate the dataset
 layout (and fail with one line naming the culprit) before paying for heavy imports.
@@ -9,6 +12,7 @@ import json
 import os
 import re
 import sys
+from typing import NamedTuple
 
 from src.errors import UserError
 
@@ -162,13 +166,6 @@ def scan_image_folder(split_dir, class_names=None, skipped=None):
     return samples, classes
 
 
-def split_classes(data_path, split):
-    """The class names of ``data_path/split`` in label order (folder names; a MindRecord split's stored list)."""
-    if is_mindrecord_split(data_path, split):
-        return list(read_classes(data_path, split))
-    return find_classes(os.path.join(data_path, split))
-
-
 def resolve_split(data_path, split):
     """(root, split) of the images to evaluate: ``data_path/split`` when it exists (a dataset root,
     or a MindRecord split), else ``data_path`` itself as a folder of class folders (its parent
@@ -202,52 +199,66 @@ def missing_split(data_path, split, splits):
     return f"no {split}/ folder in {data_path}: {found}; expected {expected}"
 
 
-def check_dataset_layout(data_path, train_split="train", val_split="val", num_classes=None, class_names=None,
-                         warn=None, skipped=None):
-    """Check ``data_path/<train_split>`` and ``data_path/<val_split>`` before a model is built.
+class SplitListing(NamedTuple):
+    """One split as listed once (list_dataset): what the class split, the data source and a resumed run reuse."""
+    split_dir: str
+    classes: list  # class names in label order: the sorted folders, or a converted split's stored list
+    samples: object  # [(path, label), ...] in file order (scan_image_folder); None for a MindRecord split
 
-    Either split may be None to skip it (eval.py needs only the validation split).
-    Raises DatasetError when a split is missing or empty, when the class folders
-    differ between the splits (naming the classes only in one of them), or when
-    their number differs from ``num_classes``. Returns the sorted class names.
-    With ``class_names`` (a checkpoint's classes) the folders must be a subset of them
-    instead, in any number. Entries skipped in a split (see ``scan_image_folder``) are
-    reported in one `warning:` line per split through ``warn`` (default: stderr), and appended to
-    ``skipped`` as (path, reason) when given (eval.py lists them in its bad_files.txt).
+
+def list_dataset(data_path, train_split="train", val_split="val", num_classes=None, class_names=None, warn=None,
+                 skipped=None):
+    """List ``data_path/<train_split>`` and ``data_path/<val_split>`` once, checked, before a model is built.
+
+    Returns {split: SplitListing} for the splits that are not None (eval.py needs only the validation split);
+    create_dataset(listing=...) reads its images from that listing instead of walking the folder again.
+    Raises DatasetError when a split is missing or empty, when the class folders differ between the splits
+    (naming the classes only in one of them), or when their number differs from ``num_classes``. With
+    ``class_names`` (a checkpoint's classes) the folders must be a subset of them instead, in any number.
+    Entries skipped in a split (see ``scan_image_folder``) are reported in one `warning:` line per split
+    through ``warn`` (default: stderr), and appended to ``skipped`` as (path, reason) when given (eval.py
+    lists them in its bad_files.txt).
     """
     if warn is None:
         def warn(line):
             print(f"warning: {line}", file=sys.stderr, flush=True)
     if not os.path.isdir(data_path):
         raise DatasetError(f"dataset path not found: {data_path}")
-    found = {}
+    listing = {}
     for split in (train_split, val_split):
         if split is None:
             continue
         split_dir = os.path.join(data_path, split)
         if is_mindrecord_split(data_path, split):  # converted by src.data.to_mindrecord
-            found[split_dir] = read_classes(data_path, split)
+            listing[split] = SplitListing(split_dir, read_classes(data_path, split), None)
         elif not os.path.exists(split_dir):
             raise DatasetError(missing_split(data_path, split, [s for s in (train_split, val_split) if s]))
         else:
             entries = []
-            found[split_dir] = scan_image_folder(split_dir, class_names, entries)[1]
+            samples, classes = scan_image_folder(split_dir, class_names, entries)
+            listing[split] = SplitListing(split_dir, classes, samples)
             if entries:
                 warn(describe_skipped(split_dir, entries))
             if skipped is not None:
                 skipped.extend(entries)
-    if not found:
+    if not listing:
         raise DatasetError("check_dataset_layout needs at least one split")
-    (first_dir, first), *rest = found.items()
-    for other_dir, other in rest:
-        only_first, only_other = set(first) - set(other), set(other) - set(first)
+    first, *rest = listing.values()
+    for other in rest:
+        only_first, only_other = set(first.classes) - set(other.classes), set(other.classes) - set(first.classes)
         if only_first or only_other:
             parts = [f"only in {d}: {_short_list(names)}"
-                     for d, names in ((first_dir, only_first), (other_dir, only_other)) if names]
+                     for d, names in ((first.split_dir, only_first), (other.split_dir, only_other)) if names]
             raise DatasetError("class folders differ between splits; " + "; ".join(parts))
-    if num_classes is not None and class_names is None and len(first) != num_classes:
-        raise DatasetError(f"found {len(first)} class folders in {first_dir}, but num_classes is {num_classes}")
-    return first
+    if num_classes is not None and class_names is None and len(first.classes) != num_classes:
+        raise DatasetError(f"found {len(first.classes)} class folders in {first.split_dir}, but num_classes is "
+                           f"{num_classes}")
+    return listing
+
+
+def check_dataset_layout(data_path, train_split="train", val_split="val", **checks):
+    """The sorted class names of the first split given, checked as list_dataset checks (same arguments)."""
+    return next(iter(list_dataset(data_path, train_split, val_split, **checks).values())).classes
 
 
 # --------------------------------------------------------------------------- converted (MindRecord) splits

@@ -15,11 +15,9 @@ import math
 import os
 import time
 
-from mindspore.train import Callback
-
 from src.atomic import atomic_path
 from src.errors import UserError
-from src.run.callbacks import epoch_record, step_record
+from src.run.callbacks import RunCallback
 
 __all__ = ["MetricsCSV", "read_metrics", "plot_curves", "COLUMNS", "STEP_COLUMNS"]
 
@@ -36,12 +34,12 @@ def _cell(value):
     return str(value)
 
 
-class MetricsCSV(Callback):
-    """Writes one CSV row per epoch from the callbacks' epoch record; draws curves at the end.
+class MetricsCSV(RunCallback):
+    """Writes one CSV row per epoch from the run state's epoch record; draws curves at the end.
 
-    Put it after ProgressLogger and EvalCallback in the callback list: it takes train_loss,
-    lr, images, seconds and top1, top5, val_loss from `epoch_record` (columns without a
-    value, e.g. top1 in an epoch without evaluation, stay empty).
+    Last in the callback list (src/run/callbacks.py): it takes train_loss, lr, images, seconds
+    (ProgressLogger) and top1, top5, val_loss (EvalCallback) from the state's `epoch_record`
+    (columns without a value, e.g. top1 in an epoch without evaluation, stay empty).
 
     Args:
         path: the CSV file.
@@ -51,11 +49,12 @@ class MetricsCSV(Callback):
         is_main: only rank 0 writes.
         log_fn: where a failure to draw the curves is reported (it never stops training).
         steps_path: the per-step CSV (None: no per-step rows); its rows come from the step
-            record ProgressLogger leaves (src.run.callbacks.step_record).
+            record ProgressLogger leaves in the state (step_record).
+        state: the run's RunState (src/run/state.py).
     """
 
-    def __init__(self, path, png_path=None, append=True, is_main=True, log_fn=print, steps_path=None):
-        super().__init__()
+    def __init__(self, path, png_path=None, append=True, is_main=True, log_fn=print, steps_path=None, *, state):
+        super().__init__(state)
         self.path = path
         self.png_path = png_path
         self.is_main = is_main
@@ -78,7 +77,7 @@ class MetricsCSV(Callback):
             _append_rows(self.path, COLUMNS, [row])
 
     def on_train_step_end(self, run_context):
-        record = step_record(run_context.original_args())
+        record = self.state.step_record
         if self.steps_path is not None and self.is_main and record is not None:
             self._step_rows.append(record)
 
@@ -88,10 +87,11 @@ class MetricsCSV(Callback):
             self._step_rows = []
 
     def on_train_epoch_begin(self, run_context):
+        super().on_train_epoch_begin(run_context)
         self._epoch_time = time.time()
 
     def on_train_epoch_end(self, run_context):
-        row = dict(epoch_record(run_context.original_args()))
+        row = dict(self.state.epoch_record)
         if row.get("seconds") is None and self._epoch_time is not None:
             row["seconds"] = time.time() - self._epoch_time
         self._write_steps()

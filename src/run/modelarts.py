@@ -91,19 +91,18 @@ def modelarts_io(enable, data_url, train_url, results, local_dir=LOCAL_DATA, is_
 
 def check_before_init(cfg, check_data):
     """The checks an entry point runs before MindSpore starts: the ModelArts settings when
-    enabled (the data only arrives with the copy), else ``check_data(cfg)`` on the local data."""
+    enabled (the data only arrives with the copy; None), else ``check_data(cfg)`` on the local data
+    (returned: train.py's dataset listing)."""
     if cfg.enable_modelarts:
         check_settings(cfg.data_url, cfg.train_url)
-    else:
-        check_data(cfg)
+        return None
+    return check_data(cfg)
 
 
 @contextmanager
 def data_and_results(cfg, ctx, results, check_data):
     """``modelarts_io`` for an entry point: the data copied in (then ``check_data(cfg)`` on the
-    copy), ``results`` copied out when the block ends; nothing when ModelArts is off."""
+    copy, its result yielded), ``results`` copied out when the block ends; nothing (None) when ModelArts is off."""
     with modelarts_io(cfg.enable_modelarts, cfg.data_url, cfg.train_url, results, local_dir=cfg.data_path,
                       is_copier=ctx.local_rank == 0, is_main=ctx.is_main):
-        if cfg.enable_modelarts:
-            check_data(cfg)
-        yield
+        yield check_data(cfg) if cfg.enable_modelarts else None

@@ -21,6 +21,7 @@ from src.run.callbacks import (CheckpointCallback, EvalCallback, NonFiniteLossGu
                                  step_loss)
 from src.run.checkpointing import CheckpointManager, load_training_state, read_checkpoint_meta
 from src.run.metrics_log import COLUMNS, MetricsCSV, plot_curves, read_metrics
+from src.run.state import RunState
 
 STEPS_PER_EPOCH, BATCH = 4, 4
 
@@ -78,7 +79,7 @@ def test_progress_lines_carry_epoch_step_loss_lr_speed_eta_and_the_epoch_average
     lines = []
     recorder = PoisonSteps(loss_cell)
     logger = ProgressLogger(log_interval=2, steps_per_epoch=STEPS_PER_EPOCH, batch_size=BATCH,
-                            lr_schedule=lr, total_epochs=3, log_fn=lines.append)
+                            lr_schedule=lr, total_epochs=3, log_fn=lines.append, state=RunState())
     Model(train_cell).train(3, make_dataset(), callbacks=[recorder, logger])
 
     progress = [PROGRESS.match(line) for line in lines if " step " in line]
@@ -103,7 +104,7 @@ def test_progress_lines_carry_epoch_step_loss_lr_speed_eta_and_the_epoch_average
 def test_progress_logger_on_other_ranks_prints_nothing():
     train_cell, _, lr = make_run(epochs=1)
     lines = []
-    logger = ProgressLogger(1, STEPS_PER_EPOCH, BATCH, lr, 1, log_fn=lines.append, is_main=False)
+    logger = ProgressLogger(1, STEPS_PER_EPOCH, BATCH, lr, 1, log_fn=lines.append, is_main=False, state=RunState())
     Model(train_cell).train(1, make_dataset(), callbacks=[logger])
     assert lines == []
 
@@ -117,17 +118,19 @@ def test_guard_counts_isolated_nonfinite_steps_and_stops_after_n_in_a_row_keepin
     lines = []
     # steps 3 and 5, 6 are isolated (at most 2 in a row); 8, 9, 10 are 3 in a row
     poison = PoisonSteps(loss_cell, steps={3, 5, 6, 8, 9, 10})
-    guard = NonFiniteLossGuard(3, checkpoint_manager=manager, log_fn=lines.append)
-    saver = CheckpointCallback(manager, save_every_epochs=1, total_epochs=4, log_fn=lines.append)
-    logger = ProgressLogger(100, STEPS_PER_EPOCH, BATCH, lr, 4, log_fn=lines.append)
+    state = RunState()  # the callbacks' shared state: the guard's stop reaches the saver through it
+    guard = NonFiniteLossGuard(3, checkpoint_manager=manager, log_fn=lines.append, state=state)
+    saver = CheckpointCallback(manager, save_every_epochs=1, total_epochs=4, log_fn=lines.append, state=state)
+    logger = ProgressLogger(100, STEPS_PER_EPOCH, BATCH, lr, 4, log_fn=lines.append, state=state)
     Model(train_cell).train(4, make_dataset(), callbacks=[poison, logger, guard, saver])
 
     assert len(poison.losses) == 10  # stopped right after step 10, in epoch 3
-    assert guard.stopped and guard.nonfinite_steps == 6 and guard.consecutive == 3
+    assert state.diverged and state.nonfinite_steps == 6 and state.consecutive_nonfinite == 3
+    assert state.result() == (1, "diverged", state.message)  # the run's exit status: 1
     assert sorted(os.listdir(tmp_path)) == ["run-1_4.ckpt", "run-2_8.ckpt"]
-    assert guard.message in lines and "\n" not in guard.message
-    assert "3 consecutive non-finite losses (last nan at epoch 3 step 10)" in guard.message
-    assert f"the last good checkpoint is {tmp_path / 'run-2_8.ckpt'}" in guard.message
+    assert state.message in lines and "\n" not in state.message
+    assert "3 consecutive non-finite losses (last nan at epoch 3 step 10)" in state.message
+    assert f"the last good checkpoint is {tmp_path / 'run-2_8.ckpt'}" in state.message
     assert "epoch 3: training diverged, no checkpoint written" in lines
     # the epoch-2 average leaves its non-finite steps 5, 6 and 8 out
     epoch2 = [line for line in lines if line.startswith("epoch 2/4 average loss")][0]
@@ -147,18 +150,19 @@ def test_eval_every_interval_keeps_best_and_last_checkpoints_and_one_csv_row_per
                      {"top1": 0.75, "top5": 1.0, "loss": 0.75, "count": 16}])
     manager = CheckpointManager(str(tmp_path), "run", keep_max=2)
     lines = []
+    state = RunState()
     callbacks = [
-        ProgressLogger(100, STEPS_PER_EPOCH, BATCH, lr, 5, log_fn=lines.append),
+        ProgressLogger(100, STEPS_PER_EPOCH, BATCH, lr, 5, log_fn=lines.append, state=state),
         EvalCallback(lambda: next(scripted), eval_interval=2, checkpoint_manager=manager,
-                     total_epochs=5, log_fn=lines.append),
-        CheckpointCallback(manager, save_every_epochs=1, total_epochs=5, log_fn=lines.append),
-        MetricsCSV(str(tmp_path / "metrics.csv"), png_path=str(tmp_path / "curves.png")),
+                     total_epochs=5, log_fn=lines.append, state=state),
+        CheckpointCallback(manager, save_every_epochs=1, total_epochs=5, log_fn=lines.append, state=state),
+        MetricsCSV(str(tmp_path / "metrics.csv"), png_path=str(tmp_path / "curves.png"), state=state),
     ]
     Model(train_cell).train(5, make_dataset(), callbacks=callbacks)
 
     evaluated = callbacks[1]
     assert [h["epoch"] for h in evaluated.history] == [2, 4, 5]  # every 2nd epoch and the last
-    assert (evaluated.best_top1, evaluated.best_epoch) == (0.875, 4)
+    assert (state.best_top1, state.best_epoch) == (0.875, 4)
     eval_lines = [line for line in lines if line.startswith("eval epoch")]
     assert eval_lines[1] == (f"eval epoch 4: top1 0.8750 top5 1.0000 loss 0.5000 (16 images, "
                              f"{eval_lines[1].split('images, ')[1].split(' s)')[0]} s) new best, "
@@ -192,9 +196,10 @@ def test_metrics_csv_appends_across_a_resume_with_one_header(tmp_path):
 
     def run(first, last, append):
         train_cell, _, lr = make_run(epochs=4)
-        logger = ProgressLogger(100, STEPS_PER_EPOCH, BATCH, lr, 4, log_fn=lambda line: None)
+        state = RunState()
+        logger = ProgressLogger(100, STEPS_PER_EPOCH, BATCH, lr, 4, log_fn=lambda line: None, state=state)
         Model(train_cell).train(last, make_dataset(), initial_epoch=first,
-                                callbacks=[logger, MetricsCSV(path, append=append, log_fn=said.append)])
+                                callbacks=[logger, MetricsCSV(path, append=append, log_fn=said.append, state=state)])
 
     run(0, 2, append=False)
     with open(path, "ab") as f:
@@ -215,7 +220,7 @@ def test_metrics_csv_refuses_a_file_with_other_columns(tmp_path):
     path = tmp_path / "metrics.csv"
     path.write_text("step,loss\n1,2.0\n")
     with pytest.raises(ValueError, match="has columns step,loss"):
-        MetricsCSV(str(path))
+        MetricsCSV(str(path), state=RunState())
 
 
 def test_plot_curves_uses_the_last_row_of_each_epoch_and_writes_a_png(tmp_path):

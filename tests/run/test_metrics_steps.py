@@ -7,6 +7,7 @@ from mindspore.train import Callback, Model
 
 from src.run.callbacks import ProgressLogger, step_loss
 from src.run.metrics_log import STEP_COLUMNS, MetricsCSV, plot_curves, read_metrics
+from src.run.state import RunState
 from test_callbacks import BATCH, STEPS_PER_EPOCH, make_dataset, make_run
 
 
@@ -26,9 +27,10 @@ def test_every_step_loss_and_lr_are_written_and_drawn(tmp_path):
 
     def run(first, last, append):
         train_cell, _, lr = make_run(epochs=3)
-        logger = ProgressLogger(100, STEPS_PER_EPOCH, BATCH, lr, 3, log_fn=lambda line: None)
+        state = RunState()
+        logger = ProgressLogger(100, STEPS_PER_EPOCH, BATCH, lr, 3, log_fn=lambda line: None, state=state)
         Model(train_cell).train(last, make_dataset(), initial_epoch=first, callbacks=[
-            logger, recorded, MetricsCSV(path, png, append=append, steps_path=steps_path)])
+            logger, recorded, MetricsCSV(path, png, append=append, steps_path=steps_path, state=state)])
         return lr
 
     run(0, 1, append=False)
