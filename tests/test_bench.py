@@ -68,7 +68,7 @@ def test_quick_run_writes_every_metric_and_the_chart(tmp_path):
     assert results["machine"]["isa"] in ("avx512", "avx2", "sse", "aarch64") and results["settings"]["isa_limit"]
     # cost curves: every point measured for every framework, and the chart
     rows = results["scaling"]["batch"] + results["scaling"]["resolution"]
-    assert len(rows) == 4
+    assert len(rows) == 2  # --quick: one point of each sweep
     for row in rows:
         for framework, _ in scaling.FRAMEWORKS:
             assert _is_measured(row[framework]["step_s"]) and _is_measured(row[framework]["peak_rss_mb"]), row
