@@ -17,7 +17,8 @@ from benchmarks.report import METRICS, TIMING_DIFFERENCES, collect_metrics, form
 from benchmarks.runner import error_line
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-QUICK_METRICS = {key for key, *_ in METRICS} - {"mindrecord_img_s"}  # MindRecord: default run or --only
+# MindRecord: default run or --only; MindSpore Lite: default run or --only (its venv comes from make test-lite)
+QUICK_METRICS = {key for key, *_ in METRICS} - {"mindrecord_img_s", "lite_img_s", "lite_b1_ms"}
 
 
 def _is_measured(value):
