@@ -90,7 +90,7 @@ WORKERS = ("flops", "peak_ours", "peak_timm", "train_ours", "train_timm", "train
            "pipeline_ours", "pipeline_timm", "mindrecord", "curves")
 # Left out of --quick: MindRecord's conversion, and torch.compile's Inductor compile (over 10 min for the nano
 # model's eval graph at load 7 on the 2 cores), and MindSpore Lite's route (a Python 3.7 venv that only `make
-# test-lite` makes; F0 there 0.4-0.7 img/s on the 2 cores)
+# test-lite` makes)
 NOT_QUICK = ("mindrecord", "train_timm_compile", "eval_timm_compile", "lite_ours")
 # Seconds per worker in the default run. Measured on the 2-core machine under a load of 4-5: train_ours
 # 245 s, train_timm 86, eval_timm 90, pipelines 8-11, mindrecord 38; at load 7: flops 39, peaks 10-12. "curves" is
