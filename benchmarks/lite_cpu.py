@@ -8,7 +8,8 @@ wheel; `make test-lite` makes that venv), so it imports only numpy and mindspore
 DIR/x_b<N>.npy (float32 NCHW), the ONNX model is converted with its batch axis fixed at N
 (mindspore_lite.Converter, what `converter_lite --fmk=ONNX --saveType=MINDIR --inputShape` writes;
 `optimize` "general" fuses operators, "none" does not), built for the CPU with `--threads`
-threads, and called warmup + steps times; the last logits go to DIR/logits_b<N>.npy. Lite 2.0.0
+threads, and called warmup + steps times (each call's seconds include setting the input); the
+last logits go to DIR/logits_b<N>.npy, the timings to --json-out. Lite 2.0.0
 cannot read a MindSpore 2.10 MINDIR (mind_ir_version 3 > 1), so ONNX is the only way in.
 """
 import argparse
@@ -101,13 +102,12 @@ def main(argv=None):
     import mindspore_lite as mslite
 
     result = {"lite_version": mslite.__version__, "optimize": opt.optimize, "threads": opt.threads}
-    batches = sorted((int(re.search(r"x_b(\d+)\.npy$", p).group(1)) for p in glob.glob(os.path.join(opt.inputs,
-                                                                                                    "x_b*.npy"))),
-                     reverse=True)
+    inputs = glob.glob(os.path.join(opt.inputs, "x_b*.npy"))
+    batches = sorted((int(re.search(r"x_b(\d+)\.npy$", path).group(1)) for path in inputs), reverse=True)
     for batch in batches:
         x = np.load(os.path.join(opt.inputs, "x_b%d.npy" % batch))
-        path, result["b%d_convert_s" % batch] = convert_in_child(opt.onnx, os.path.join(opt.inputs, "lite_b%d" % batch),
-                                                                  list(x.shape), opt.optimize)
+        stem = os.path.join(opt.inputs, "lite_b%d" % batch)
+        path, result["b%d_convert_s" % batch] = convert_in_child(opt.onnx, stem, list(x.shape), opt.optimize)
         start = time.perf_counter()
         model = build(path, opt.threads)
         result["b%d_build_s" % batch] = time.perf_counter() - start

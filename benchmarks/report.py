@@ -138,7 +138,9 @@ def format_table(metrics, workers):
     lines.append("ratio > 1: ours better (ours/peer for throughput, peer/ours for times and memory); each row "
                  "compares with the strongest peer route measured")
     for name, record in workers.items():
-        if not record["ok"]:
+        if not record["ok"] and str(record["error"]).startswith("skipped:"):
+            lines.append(f"{name}: {record['error']}")
+        elif not record["ok"]:
             lines.append(f"{name} failed after {record['duration_s']} s: {record['error']}")
     return "\n".join(lines)
 
