@@ -18,6 +18,9 @@ the cores this process may use; torch.set_num_threads and src.run.context.set_cp
   mindir    our folded MINDIR written by src/deploy/export.py (one per batch size) with the CPU-speed
             convolutions (conv_impl "im2col_cpu"), loaded with mindspore.load + nn.GraphCell, against
             timm eager.
+  lite      our folded ONNX model through MindSpore Lite 2.0.0's converter and CPU runtime (benchmarks/lite_cpu.py
+            in the Lite wheel's Python 3.7 venv that `make test-lite` makes; skipped, saying so, without it; not
+            in --quick), against timm eager and the fastest peer route.
   onnx      our folded ONNX model (export.py --file_format ONNX --dynamic_batch, one file for both
             batch sizes) in ONNX Runtime on the CPU with the same thread count, against timm eager.
   pipeline  training input pipeline img/s, 2 workers, batch 32, over a generated folder of 256
@@ -65,6 +68,7 @@ if ROOT not in sys.path:  # python benchmarks/bench.py
     sys.path.insert(0, ROOT)
 
 from benchmarks import scaling  # noqa: E402  (after the path fix above)
+from benchmarks.lite_cpu import LITE_MISSING, lite_cache, lite_python  # noqa: E402
 from benchmarks.report import (collect_metrics, efficiency, format_efficiency, format_rounds,  # noqa: E402
                                format_table, plot_ratios)
 from benchmarks.runner import (ISA_LIMITS, available_cores, machine_info, memory_available_gb,  # noqa: E402
@@ -82,16 +86,17 @@ SIZES = {
                   peak_square=512, settle_s=0),
 }
 WORKERS = ("flops", "peak_ours", "peak_timm", "train_ours", "train_timm", "train_timm_cl", "train_timm_compile",
-           "eval_ours", "mindir_ours", "onnx_ours", "eval_timm", "eval_timm_cl", "eval_timm_compile", "onnx_timm",
+           "eval_ours", "mindir_ours", "onnx_ours", "lite_ours", "eval_timm", "eval_timm_cl", "eval_timm_compile", "onnx_timm",
            "pipeline_ours", "pipeline_timm", "mindrecord", "curves")
 # Left out of --quick: MindRecord's conversion, and torch.compile's Inductor compile (over 10 min for the nano
-# model's eval graph at load 7 on the 2 cores)
-NOT_QUICK = ("mindrecord", "train_timm_compile", "eval_timm_compile")
+# model's eval graph at load 7 on the 2 cores), and MindSpore Lite's route (a Python 3.7 venv that only `make
+# test-lite` makes)
+NOT_QUICK = ("mindrecord", "train_timm_compile", "eval_timm_compile", "lite_ours")
 # Seconds per worker in the default run. Measured on the 2-core machine under a load of 4-5: train_ours
 # 245 s, train_timm 86, eval_timm 90, pipelines 8-11, mindrecord 38; at load 7: flops 39, peaks 10-12. "curves" is
 # one train worker per point with its own timeout (scaling.point_timeout); --budget-min bounds the whole run.
 TIMEOUTS = {"flops": 150, "peak_ours": 90, "peak_timm": 90, "train_ours": 300, "train_timm": 120, "train_timm_cl": 120,
-            "train_timm_compile": 480, "eval_ours": 240, "mindir_ours": 210, "onnx_ours": 300,
+            "train_timm_compile": 480, "eval_ours": 240, "mindir_ours": 210, "onnx_ours": 300, "lite_ours": 480,
             "eval_timm": 120, "eval_timm_cl": 120, "eval_timm_compile": 360, "onnx_timm": 300,
             "pipeline_ours": 45, "pipeline_timm": 45, "mindrecord": 75}
 QUICK_TIMEOUT = 120
@@ -322,6 +327,35 @@ def _our_onnx(opt, directory):
     path = export_network(create_deploy_network(network, "ONNX", dynamic_batch=True), "ONNX",
                           os.path.join(directory, opt.arch), 1, opt.eval_size, dynamic_batch=True)
     return path, time.perf_counter() - start
+
+
+def lite_ours(opt):
+    """Our folded ONNX model through MindSpore Lite's converter and CPU runtime (benchmarks/lite_cpu.py, run by
+    the Lite wheel's Python 3.7 in a child process); its logits checked against ONNX Runtime's on the same input."""
+    import subprocess
+
+    import numpy as np
+
+    from benchmarks.lite_cpu import lite_python
+    from src.deploy.infer_cpu import load_onnx
+
+    make_input = _numpy_input(opt)
+    with tempfile.TemporaryDirectory(prefix="bench_lite_") as tmp:
+        path, export_s = _our_onnx(opt, tmp)
+        for batch in (opt.eval_batch, 1):
+            np.save(os.path.join(tmp, f"x_b{batch}.npy"), make_input(batch))
+        json_out = os.path.join(tmp, "lite.json")
+        subprocess.run([lite_python(), os.path.join(ROOT, "benchmarks", "lite_cpu.py"), "--onnx", path, "--inputs", tmp,
+                        "--threads", str(opt.threads), "--warmup", str(opt.warmup), "--steps", str(opt.steps),
+                        "--json-out", json_out], check=True)
+        with open(json_out) as f:
+            result = json.load(f)
+        run, _ = load_onnx(path, threads=opt.threads)
+        x = np.load(os.path.join(tmp, f"x_b{opt.eval_batch}.npy"))
+        lite_logits = np.load(os.path.join(tmp, f"logits_b{opt.eval_batch}.npy"))
+        result["max_abs_diff_vs_onnxruntime"] = float(np.abs(lite_logits - run(x)).max())
+    children_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return {**result, "export_s": export_s, "peak_rss_mb": peak_rss_mb(), "lite_peak_rss_mb": children_mb}
 
 
 def _timm_onnx(opt, directory):
@@ -571,6 +605,10 @@ def drive(opt):
                     workers.update(run_pipelines(names, opt, workdir, deadline))
             elif name == "curves":
                 curve_records = run_curves(opt, workdir, deadline, workers)
+            elif name == "lite_ours" and lite_python() is None:
+                workers[name] = {"ok": False, "error": LITE_MISSING.format(lite_cache()), "duration_s": 0.0,
+                                 "result": None}
+                print(f"{name}: {workers[name]['error']}", flush=True)
             else:
                 workers[name] = run_within_budget(name, opt, workdir, worker_timeout(name, opt), deadline)
     settings = {key: getattr(opt, key) for key in SIZES["full"]}

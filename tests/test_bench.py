@@ -18,6 +18,8 @@ from benchmarks.runner import error_line
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICK_METRICS = {key for key, *_ in METRICS} - {"mindrecord_img_s"}  # MindRecord: default run or --only
+# rows whose own route --quick leaves out (MindSpore Lite: its venv comes from make test-lite): "not run"
+NOT_QUICK_ROWS = {key for key, _, _, _, ours, _ in METRICS if all(worker in NOT_QUICK for worker, _ in ours)}
 
 
 def _is_measured(value):
@@ -34,6 +36,9 @@ def test_quick_run_writes_every_metric_and_the_chart(tmp_path):
     results = json.loads((tmp_path / "results.json").read_text())
     assert set(results["metrics"]) == QUICK_METRICS
     for key, row in results["metrics"].items():
+        if key in NOT_QUICK_ROWS:
+            assert row["ours"] is None and row["reasons"]["ours"].endswith("not run"), (key, row)
+            continue
         assert not any(row["reasons"].values()), (key, row["reasons"])
         if row["notes"]:  # a timing difference (compile) measured <= 0 on a busy machine: "≈ 0", no ratio
             assert key in TIMING_DIFFERENCES and row["ratio"] is None and "ratio" in row["notes"], (key, row)
@@ -147,3 +152,17 @@ def test_an_unknown_only_name_is_one_error_line_and_exit_2():
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 2
     assert "error: --only: unknown bogus" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_without_the_lite_venv_the_lite_route_is_skipped_saying_how_to_make_it(tmp_path):
+    """No MindSpore Lite venv (make test-lite makes it): lite_ours is a skipped row with the note, nothing downloaded."""
+    cache = tmp_path / "no_lite"
+    run = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench.py"), "--quick", "--only",
+                          "lite_ours", "--output-dir", str(tmp_path)], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, NFNET_LITE_CACHE=str(cache)))
+    assert run.returncode == 0, run.stdout + run.stderr
+    note = f"skipped: no MindSpore Lite venv at {cache}/py37 (run `make test-lite` once"
+    record = json.loads((tmp_path / "results.json").read_text())["workers"]["lite_ours"]
+    assert not record["ok"] and record["error"].startswith(note) and record["duration_s"] == 0.0
+    assert f"lite_ours: {note}" in run.stdout and "failed" not in run.stdout
+    assert not cache.exists()

@@ -30,7 +30,7 @@ import sys
 import numpy as np
 import pytest
 
-from deploy_helpers import NUM_CLASSES, ROOT, export_nano, run_eval_py
+from deploy_helpers import NUM_CLASSES, ROOT, export_nano, make_network, run_eval_py
 from src.deploy.binio import read_labels, read_tensor
 
 pytestmark = [pytest.mark.lite, pytest.mark.timeout(900)]
@@ -227,3 +227,24 @@ def test_a_file_lite_cannot_build_is_one_error_line_not_an_abort(lite_run, expor
     errors = app_errors(result)
     assert len(errors) == 1, result.stdout + result.stderr
     assert errors[0].startswith(f"error: building {exports['ONNX']} on CPU 0 failed: "), errors
+
+
+def test_the_lite_cpu_route_gives_the_eval_networks_logits(lite_python, exports, nano_weights, tmp_path):
+    """benchmarks/lite_cpu.py, the bench's lite_ours route: export.py's ONNX -> Lite 2.0.0's converter (fusion on,
+    float32, batch fixed) -> Lite's CPU runtime on 2 threads, against the eval network on the same random images."""
+    import mindspore as ms
+
+    x = np.random.default_rng(0).standard_normal((1, 3, 64, 64), dtype=np.float32)  # the digits config's 64 px
+    np.save(tmp_path / "x_b1.npy", x)
+    result = run([lite_python, os.path.join(ROOT, "benchmarks", "lite_cpu.py"), "--onnx", exports["ONNX"], "--inputs",
+                  str(tmp_path), "--threads", "2", "--warmup", "0", "--steps", "1", "--json-out",
+                  str(tmp_path / "lite.json")])
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert json.loads((tmp_path / "lite.json").read_text())["lite_version"] == LITE_VERSION
+    expected = make_network("dm_nfnet_nano", nano_weights["raw"], NUM_CLASSES)(ms.Tensor(x)).asnumpy()
+    lite = np.load(tmp_path / "logits_b1.npy")
+    difference, scale = float(np.abs(lite - expected).max()), float(np.abs(expected).max())
+    print(f"max |Lite CPU - eval network| logit difference: {difference:.3g} (logits up to {scale:.3g})")
+    assert lite.shape == expected.shape == (1, NUM_CLASSES)
+    assert scale > 0.1 and difference <= LOGIT_TOLERANCE
+    assert not os.path.exists(tmp_path / "lite_b1.mindir")  # the converted model is removed after its run
