@@ -26,24 +26,26 @@ def passes(line):
 
 def filter_native_stderr():
     """From now on, what this process and its children write to file descriptor 2 passes the filter process;
-    `sys.stderr` writes to the real stream directly. Call before MindSpore is imported. Returns the filter's
-    Popen (it ends by itself once every writer of the pipe has exited)."""
-    import subprocess
-
+    `sys.stderr` writes to the real stream directly. Call before MindSpore is imported. Returns the filter's pid
+    (it ends by itself once every writer of the pipe has exited), or None without a stderr."""
     sys.stderr.flush()
     try:
         real = os.dup(2)
     except OSError:  # no stderr at all: nothing to keep clean
         return None
     read_end, write_end = os.pipe()
+    # posix_spawn, not subprocess.Popen: no Popen object left to warn "subprocess is still running" at exit;
     # its own session: a signal to train.py's process group does not end it before the last lines pass
-    process = subprocess.Popen([sys.executable, "-S", os.path.abspath(__file__)], stdin=read_end, stdout=real,
-                               stderr=subprocess.DEVNULL, start_new_session=True)
+    pid = os.posix_spawn(sys.executable, [sys.executable, "-S", os.path.abspath(__file__)], os.environ,
+                         file_actions=[(os.POSIX_SPAWN_DUP2, read_end, 0), (os.POSIX_SPAWN_DUP2, real, 1),
+                                       (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)], setsid=True)
     os.close(read_end)
     os.dup2(write_end, 2)
     os.close(write_end)
-    sys.stderr = os.fdopen(real, "w", buffering=1, encoding=sys.stderr.encoding, errors=sys.stderr.errors)
-    return process
+    # closefd=False: the descriptor lives as long as the process (no ResourceWarning for it at exit)
+    sys.stderr = os.fdopen(real, "w", buffering=1, encoding=sys.stderr.encoding, errors=sys.stderr.errors,
+                           closefd=False)
+    return pid
 
 
 def _pass_lines(source, sink):
