@@ -1,2 +1,2 @@
 """The training run around the train step: checkpoints and resume, callbacks, the run directory, preemption,
-metrics and curves, logging, the progress bar, the device context and ModelArts copies."""
+metrics and curves, logging, the progress bar, the console filter, the device context and ModelArts copies."""
