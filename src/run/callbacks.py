@@ -62,21 +62,15 @@ class RunCallback(Callback):
     def on_train_epoch_begin(self, run_context):
         self.state.begin_epoch(run_context.original_args())
 
-    def _epoch_steps(self, cb_params):
-        return self.state.epoch_steps(cb_params)
-
     def _epoch_complete(self, cb_params):
         """False when the epoch was cut short by a stop, or its checkpoint is written already; not saved."""
-        ended = self._epoch_steps(cb_params) >= cb_params.batch_num
+        ended = self.state.epoch_steps(cb_params) >= cb_params.batch_num
         return ended and not self.state.diverged and not self.state.position_saved
 
     def _due(self, cb_params, interval, total_epochs):
         """Every `interval` epochs, after the last one and when StepLimit ended the run."""
         epoch = cb_params.cur_epoch_num
         return not epoch % interval or epoch == total_epochs or self.state.stop_reason == "step_limit"
-
-    def _global_step(self, cb_params):
-        return self.state.global_step(cb_params)
 
 
 class ProgressLogger(RunCallback):
@@ -143,7 +137,7 @@ class ProgressLogger(RunCallback):
         else:
             self._nonfinite_steps += 1
         self._interval_steps += 1
-        global_step = self._global_step(cb)
+        global_step = self.state.global_step(cb)
         self.state.step_record = {"step": global_step, "epoch": global_step / self.steps_per_epoch,
                                   "train_loss": loss, "lr": self.lr_at(global_step)}
         self.state.epoch_so_far = dict(zip(SO_FAR_KEYS, (self._loss_sum, self._finite_steps, self._nonfinite_steps,
@@ -152,7 +146,7 @@ class ProgressLogger(RunCallback):
             self._clock_start = now
         else:
             self._clock_steps += 1
-        step = self._epoch_steps(cb)
+        step = self.state.epoch_steps(cb)
         if step % self.log_interval and step != self.steps_per_epoch and global_step != self.max_steps:
             return
         if self.is_main:
@@ -160,7 +154,7 @@ class ProgressLogger(RunCallback):
         self._interval_time, self._interval_steps = now, 0
 
     def _progress_line(self, cb, step, loss, now):
-        global_step = self._global_step(cb)
+        global_step = self.state.global_step(cb)
         parts = [f"epoch {cb.cur_epoch_num}/{self.total_epochs}", f"step {step}/{self.steps_per_epoch}",
                  f"loss {loss:.4f}"]
         lr = self.lr_at(global_step)
@@ -179,9 +173,9 @@ class ProgressLogger(RunCallback):
     def on_train_epoch_end(self, run_context):
         cb = run_context.original_args()
         seconds = self._seconds_before + time.time() - self._epoch_time
-        steps = self._epoch_steps(cb)
+        steps = self.state.epoch_steps(cb)
         average = self._loss_sum / self._finite_steps if self._finite_steps else float("nan")
-        lr = self.lr_at(self._global_step(cb)) if steps else None
+        lr = self.lr_at(self.state.global_step(cb)) if steps else None
         # the steps whose loss is counted: a resume from a checkpoint without epoch_so_far counts its own only
         images = (self._finite_steps + self._nonfinite_steps) * self.batch_size
         # complete: the epoch's row is written now; a diverged run's last epoch is never resumed, so it is too
@@ -230,10 +224,11 @@ class NonFiniteLossGuard(RunCallback):
         state.consecutive_nonfinite += 1
         state.nonfinite_steps += 1
         in_a_row = state.consecutive_nonfinite
-        where = f"epoch {cb.cur_epoch_num} step {self._global_step(cb)}"
+        where = f"epoch {cb.cur_epoch_num} step {state.global_step(cb)}"
         if in_a_row < self.max_nonfinite_steps:
             if self.is_main:
-                self.log_fn(f"warning: non-finite loss {loss} at {where} ({in_a_row}/{self.max_nonfinite_steps} in a row)")
+                self.log_fn(f"warning: non-finite loss {loss} at {where} "
+                            f"({in_a_row}/{self.max_nonfinite_steps} in a row)")
             return
         last_good = self._last_good_checkpoint()
         state.stop("diverged", message=f"stopping: {in_a_row} consecutive non-finite losses (last {loss} at {where}); "
@@ -329,7 +324,7 @@ class EvalCallback(RunCallback):
         top1 = float(metrics["top1"])
         if self.checkpoint_manager is not None:
             improved = self.checkpoint_manager.save_best(self.train_cell or cb.train_network, epoch,
-                                                         self._global_step(cb), metrics)
+                                                         self.state.global_step(cb), metrics)
         else:
             improved = self.state.best_top1 is None or top1 > self.state.best_top1
         if improved:
@@ -389,7 +384,7 @@ class CheckpointCallback(RunCallback):
                 self.log_fn(f"epoch {epoch}: {reason}, no checkpoint written")
             return
         start = time.time()
-        path = self.checkpoint_manager.save(self.train_cell or cb.train_network, epoch, self._global_step(cb))
+        path = self.checkpoint_manager.save(self.train_cell or cb.train_network, epoch, self.state.global_step(cb))
         if path is not None:
             self.log_fn(f"saved {path} ({time.time() - start:.1f} s)")
 
@@ -433,10 +428,10 @@ class _StopWithCheckpoint(RunCallback):
 
     def _save_position(self, cb):
         """Write the checkpoint of the position reached; (epoch, steps run in it)."""
-        epoch, step = cb.cur_epoch_num, self._epoch_steps(cb)
+        epoch, step = cb.cur_epoch_num, self.state.epoch_steps(cb)
         self.state.position_saved = True
         mid_epoch = step < cb.batch_num
-        self.path = self.checkpoint_manager.save(self.train_cell or cb.train_network, epoch, self._global_step(cb),
+        self.path = self.checkpoint_manager.save(self.train_cell or cb.train_network, epoch, self.state.global_step(cb),
                                                  epoch_step=step if mid_epoch else None,
                                                  epoch_so_far=self.state.epoch_so_far if mid_epoch else None)
         if self.agree is not None:
@@ -501,11 +496,11 @@ class StepLimit(_StopWithCheckpoint):
 
     def on_train_step_end(self, run_context):
         cb = run_context.original_args()
-        if self.state.stop_reason is not None or self._global_step(cb) < self.max_steps:
+        if self.state.stop_reason is not None or self.state.global_step(cb) < self.max_steps:
             return
         self.state.stop("step_limit")  # a whole epoch: its evaluation and checkpoint come at its end
-        self._where = f"epoch {cb.cur_epoch_num} step {self._epoch_steps(cb)}/{cb.batch_num}"
-        if self._epoch_steps(cb) < cb.batch_num:
+        self._where = f"epoch {cb.cur_epoch_num} step {self.state.epoch_steps(cb)}/{cb.batch_num}"
+        if self.state.epoch_steps(cb) < cb.batch_num:
             self._save_position(cb)
         run_context.request_stop()
 
