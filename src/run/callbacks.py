@@ -466,6 +466,7 @@ class StopOnSignal(_StopWithCheckpoint):
         from src.run.preemption import exit_status
 
         self.state.stop("signal", signum=signum)
+        self.request.arm_second_ctrl_c()  # this step's graph runs installed MindSpore's SIGINT handler again
         epoch, step = self._save_position(cb)
         if self.is_main:
             self.log_fn(f"stopped by {signal.Signals(signum).name} after epoch {epoch} step {step}/{cb.batch_num}: "

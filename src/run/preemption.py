@@ -4,20 +4,22 @@ Preemptible clusters (Slurm, Kubernetes, ModelArts) send SIGTERM and kill the jo
 grace period. `StopRequest` records the first SIGTERM or SIGINT (Ctrl-C); training finishes
 the step in progress, writes a mid-epoch checkpoint (src.run.callbacks.StopOnSignal) and
 exits with 128 + the signal number (143 for SIGTERM, 130 for Ctrl-C), what shells and
-schedulers report for a job ended by that signal. A second Ctrl-C ends the process at once:
-after the first signal SIGINT gets its default action, which the kernel carries out even
-inside a long kernel. A second SIGTERM changes nothing: it is the same request (a scheduler
-follows it with SIGKILL after its grace period), and MindSpore sends one itself when a SIGTERM
-to the process group also ended its dataset workers ("Dataset worker process N was killed by
-signal: Terminated. Main process will be terminated."; measured: ending the process there lost
-the checkpoint, tests/reliability/test_group_stop.py).
+schedulers report for a job ended by that signal. A second SIGTERM changes nothing: it is the
+same request (a scheduler follows it with SIGKILL after its grace period), and MindSpore sends
+one itself when a SIGTERM to the process group also ended its dataset workers ("Dataset worker
+process N was killed by signal: Terminated. Main process will be terminated."; measured: ending
+the process there lost the checkpoint, tests/reliability/test_group_stop.py).
+
+A Ctrl-C during training reaches Python as SIGTERM: before every graph run MindSpore's graph
+scheduler installs a C-level SIGINT handler that sends the process SIGTERM (GraphScheduler::Run
+registers mindspore::DefaultIntHandler; measured with an LD_PRELOAD trace of sigaction), so such
+a run stops with status 143. Once the step has ended, `arm_second_ctrl_c` gives SIGINT its
+default action again, which the kernel carries out even inside a long write: a Ctrl-C while the
+checkpoint is being written ends the process at once, without it. (A second Ctrl-C during the
+step's own kernels is MindSpore's SIGTERM again, the same request.)
 
 Python runs a signal handler only between bytecodes of the main thread, i.e. when the step's
-kernels have returned; the handler itself only records the signal. Measured with MindSpore 2.10:
-once the data pipeline runs, a SIGINT can reach Python as SIGTERM (MindSpore's dataset engine
-registers C-level SIGINT/SIGTERM handlers, mindspore::dataset::SIGINTHandler), so a Ctrl-C may
-stop the run with status 143; the handler then gives SIGINT its default action, so the second
-Ctrl-C still ends the process at once.
+kernels have returned; the handler itself only records the signal.
 """
 import ctypes
 import faulthandler
@@ -58,16 +60,22 @@ class StopRequest:
         return signal.Signals(self.signum).name if self.signum else None
 
     def _handle(self, signum, _frame):
-        if self.signum is not None:  # a SIGTERM again: the same request (a second Ctrl-C has no handler now)
+        if self.signum is not None:  # a SIGTERM again: the same request (a Ctrl-C now has no handler or is MindSpore's)
             return
         self.signum = signum
-        # a second Ctrl-C ends the process at once: the kernel's default action, also when MindSpore's dataset
-        # engine passed the first one on as SIGTERM (this replaces its C-level SIGINT handler)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        self.arm_second_ctrl_c()
         if self.deadline:  # a stop that hangs (a peer lost mid-collective) ends after it, from a C thread
             faulthandler.dump_traceback_later(self.deadline, exit=True)
         print(f"{signal.Signals(signum).name} received: finishing the current step, then writing a checkpoint "
-              "(press Ctrl-C again to stop at once, without one)", flush=True)
+              "(a Ctrl-C after the step stops at once, without one)", flush=True)
+
+    def arm_second_ctrl_c(self):
+        """After a stop request: SIGINT's default action, so that a Ctrl-C ends the process at once.
+
+        Called again at the step's end, before the checkpoint is written: every graph run installs
+        MindSpore's SIGINT handler anew (see the module docstring)."""
+        if self.signum is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():

@@ -116,8 +116,8 @@ def test_more_epochs_continue_the_finished_run_with_a_logged_schedule_change(pre
 def test_first_ctrl_c_checkpoints_and_a_second_one_stops_at_once(tiny_digits, tmp_path):
     """Provokes: Ctrl-C (SIGINT) at a seeded step, then a second one while the mid-epoch checkpoint is being
     written (held there by pause_in_checkpoint_write.py). The process ends at once, leaving only the epoch-1
-    checkpoint visible; a Ctrl-C alone (second run) stops with the checkpoint. MindSpore's dataset engine may pass
-    a SIGINT on as SIGTERM (src/run/preemption.py): either name and status (130 / 143) is accepted."""
+    checkpoint visible; a Ctrl-C alone (second run) stops with the checkpoint. MindSpore passes a
+    SIGINT during training on as SIGTERM (src/run/preemption.py): either name and status (130 / 143) is accepted."""
     out = tmp_path / "run"
     args = ["--data_path", tiny_digits, "--output_dir", out, *TINY]
     step = fault_rng("SIGINT").randint(1, 2)  # margin: see preempted()
