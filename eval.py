@@ -62,14 +62,14 @@ def main(argv=None):
 
     cfg = fall_back_device(cfg, args.cli_keys)  # no --device_target: what this MindSpore runs
     cfg = fit_to_machine(cfg, explicit=args.cli_keys)  # a device named but missing stops here, in one line
-    check_before_init(cfg, check_layout)  # before the heavy imports
+    listing = check_before_init(cfg, check_layout)  # before the heavy imports
 
     ctx = init_context(cfg.device_target, cfg.device_id, cfg.mode, cfg.seed, cfg.deterministic, cfg.distribute,
                        cfg.cluster_timeout)
     if ctx.is_main and changed:
         print(applied_note(changed, checkpoint))
-    with data_and_results(cfg, ctx, output, check_layout):
-        evaluate_checkpoint(cfg, ctx, checkpoint, output, record, skipped)
+    with data_and_results(cfg, ctx, output, check_layout) as copied:
+        evaluate_checkpoint(cfg, ctx, checkpoint, output, record, skipped, listing=copied or listing)
     return 0
 
 
@@ -94,22 +94,25 @@ def eval_split(cfg):
 
 
 def _layout_check(class_names, skipped):
+    """check_layout(cfg): the val split checked and listed once (src.data.folder.list_dataset); returns its
+    SplitListing, which the pipeline reads instead of walking the folder again."""
     def check_layout(cfg):
-        from src.data.folder import check_dataset_layout
+        from src.data.folder import list_dataset
 
         cfg = eval_split(cfg)
         skipped.clear()
-        check_dataset_layout(cfg.data_path, None, cfg.val_split, num_classes=cfg.num_classes, class_names=class_names,
-                             skipped=skipped)
+        return list_dataset(cfg.data_path, None, cfg.val_split, num_classes=cfg.num_classes, class_names=class_names,
+                            skipped=skipped)[cfg.val_split]
 
     return check_layout
 
 
-def evaluate_checkpoint(cfg, ctx, checkpoint, output, record=None, skipped=()):
+def evaluate_checkpoint(cfg, ctx, checkpoint, output, record=None, skipped=(), listing=None):
     """Score `checkpoint` on the val split (sharded by rank); rank 0 prints and writes the metrics to `output`.
 
     record: the checkpoint's data settings (already applied to cfg): its mean/std and class names.
     skipped: (path, reason) of the entries the folder scan left out; listed with the unreadable images.
+    listing: the split as check_layout listed it (None: listed by the pipeline).
     """
     from src.builders import build_eval_dataset, build_eval_network
     from src.data.dataset import read_bad_file_log, reported_data_errors
@@ -128,7 +131,8 @@ def evaluate_checkpoint(cfg, ctx, checkpoint, output, record=None, skipped=()):
         from src.data.data_settings import describe_transform
 
         print(f"evaluation transform: {describe_transform(cfg, record)}")
-    dataset = build_eval_dataset(cfg, ctx, bad_file_log, record=record, class_names=(record or {}).get("classes"))
+    dataset = build_eval_dataset(cfg, ctx, bad_file_log, record=record, class_names=(record or {}).get("classes"),
+                                 listing=listing)
     bar = None
     if ctx.is_main:  # images of this rank (padding rows are not counted); finish() leaves out unreadable ones
         bar = ProgressBar(dataset.shard_images, "eval", unit="img")

@@ -119,6 +119,9 @@ def train(cfg, ctx, stop_request=None, max_steps=None, run_dir=None, notices=(),
             print(f"nothing to do: the run is finished, {resume.path} holds epoch {cfg.epochs} of {cfg.epochs} "
                   "(raise --epochs to train further)", flush=True)
         return 0
+    if resume.epoch_step and cfg.dataset_sink_mode and cfg.device_target != "CPU":  # CPU runs without a sink
+        raise UserError("cannot resume in the middle of an epoch with dataset_sink_mode true (MindSpore moves a "
+                        "sink's start to an epoch's beginning): resume with --dataset_sink_mode false")
     network = builders.build_network(cfg, checkpoint_path=cfg.pretrained, log_fn=early.append, require_finite=True)
 
     output_dir = prepare_output_dir(cfg.output_dir, overwrite=cfg.overwrite_output, resume=cfg.resume,
@@ -138,12 +141,9 @@ def train(cfg, ctx, stop_request=None, max_steps=None, run_dir=None, notices=(),
     log(f"run directory {output_dir}: {cfg.arch} on {cfg.device_target}, {ctx.group_size} device(s)")
 
     bad_file_log = os.path.join(output_dir, "bad_files.txt")
-    # a run stopped in the middle of an epoch continues with that epoch's remaining batches, then the next epoch
-    train_listing = listing[cfg.train_split]
-    train_ds, mixup = builders.build_train_dataset(cfg, ctx, start_epoch + (1 if skip_steps else 0), bad_file_log,
-                                                   listing=train_listing)
-    rest_of_epoch = builders.build_train_dataset(cfg, ctx, start_epoch, bad_file_log, skip_batches=skip_steps,
-                                                 listing=train_listing)[0] if skip_steps else None
+    # one pass: a run stopped in the middle of an epoch continues with that epoch's next batch
+    train_ds, mixup = builders.build_train_dataset(cfg, ctx, start_epoch, bad_file_log, start_step=skip_steps,
+                                                   listing=listing[cfg.train_split])
     val_ds = builders.build_eval_dataset(cfg, ctx, bad_file_log, listing=listing[cfg.val_split]) \
         if cfg.eval_while_train else None
     micro_steps = train_ds.get_dataset_size()
@@ -173,7 +173,7 @@ def train(cfg, ctx, stop_request=None, max_steps=None, run_dir=None, notices=(),
 
     start = time.time()
     with reported_data_errors():
-        result = run(train_ds, callbacks, state, start_epoch, rest_of_epoch)
+        result = run(train_ds, callbacks, state, start_epoch)
     log(f"training finished in {(time.time() - start) / 60:.1f} min; steps skipped for non-finite values: "
         f"{int(train_cell.overflow_count.asnumpy())}")
     if manager.best_top1 is not None:

@@ -151,17 +151,18 @@ def build_train_transforms(cfg):
     return transform, mixup
 
 
-def build_train_dataset(cfg, ctx, start_epoch=0, bad_file_log=None, skip_batches=0, listing=None):
-    """(training pipeline, mixup or None) of build_train_transforms, sharded by rank; skip_batches leaves
-    out the first batches of the epoch (the rest of an epoch a stopped run had begun); listing: the train
-    split as listed by src.data.folder.list_dataset (not listed again)."""
+def build_train_dataset(cfg, ctx, start_epoch=0, bad_file_log=None, start_step=0, listing=None):
+    """(training pipeline, mixup or None) of build_train_transforms, sharded by rank; it begins at batch
+    start_step of epoch start_epoch (a run stopped in the middle of an epoch continues there, in the same
+    pass as the next epochs); listing: the train split as listed by src.data.folder.list_dataset (not listed
+    again)."""
     from src.data import create_dataset
 
     transform, mixup = build_train_transforms(cfg)
     dataset = create_dataset(cfg.data_path, cfg.train_split, True, cfg.batch_size, transform,
                              num_parallel_workers=cfg.num_parallel_workers, seed=cfg.seed, mixup=mixup,
                              strict_data=cfg.strict_data, start_epoch=start_epoch, bad_file_log=bad_file_log,
-                             skip_batches=skip_batches, listing=listing, **_shards(ctx))
+                             start_step=start_step, listing=listing, **_shards(ctx))
     return dataset, mixup
 
 
@@ -187,13 +188,12 @@ def build_optimizer(cfg, network, lr_schedule):
 
 
 def build_trainer(cfg, network, loss_fn, optimizer, log_fn=print):
-    """(train cell holding all training state, run(dataset, callbacks, state, initial_epoch, rest_of_epoch=None)).
+    """(train cell holding all training state, run(dataset, callbacks, state, initial_epoch)).
 
-    run() trains with the callbacks of build_callbacks, which share `state` (src.run.state.RunState), and
-    returns its RunResult (the exit status). rest_of_epoch: a dataset of the remaining batches of epoch
-    initial_epoch + 1, which a stopped run had begun; it runs first, as a pass of its own (callbacks[0] is a
-    ResumePosition), and `dataset` continues with the next epoch unless that pass stopped the run. In a
-    distributed run, run() ends the process with one error line when a rank is lost (see
+    run() trains epochs initial_epoch + 1 ... cfg.epochs over `dataset` (one pass: a dataset resumed in the
+    middle of epoch initial_epoch + 1 begins there, build_train_dataset's start_step) with the callbacks of
+    build_callbacks, which share `state` (src.run.state.RunState), and returns its RunResult (the exit status).
+    In a distributed run, run() ends the process with one error line when a rank is lost (see
     src.run.context.lost_rank_ends_process). log_fn: where the CPU's AMP fallback is said (the run's log).
     """
     from src.trainers import EMA, FunctionalTrainer, create_train_step
@@ -229,13 +229,8 @@ def build_trainer(cfg, network, loss_fn, optimizer, log_fn=print):
 def _resumable_run(cfg, train_pass):
     from src.run.context import lost_rank_ends_process
 
-    def run(dataset, callbacks, state, initial_epoch, rest_of_epoch=None):
+    def run(dataset, callbacks, state, initial_epoch):
         with lost_rank_ends_process(cfg.cluster_timeout):
-            if rest_of_epoch is not None:
-                train_pass(rest_of_epoch, callbacks, initial_epoch + 1, initial_epoch)
-                if state.stop_reason is not None or initial_epoch + 1 >= cfg.epochs:
-                    return state.result()
-                initial_epoch += 1
             train_pass(dataset, callbacks, cfg.epochs, initial_epoch)
         return state.result()
 
@@ -261,15 +256,14 @@ def build_eval_fn(cfg, ctx, train_cell, network, val_dataset):
 def build_callbacks(cfg, ctx, log, output_dir, manager, train_cell, eval_fn, micro_steps, lr_schedule, resumed,
                     state, stop_request=None, max_steps=None):
     """The run's callbacks in the order src/run/callbacks.py documents, all sharing `state` (a RunState):
-    resume position, progress, non-finite guard, stop on a signal (stop_request: a StopRequest), stop at
+    progress, non-finite guard, stop on a signal (stop_request: a StopRequest), stop at
     max_steps (train.py --max_steps), evaluation + best checkpoint, unreadable-file report, periodic
     checkpoints, metrics CSV + curves."""
     from src.run.callbacks import (BadFileReport, CheckpointCallback, EvalCallback, NonFiniteLossGuard,
-                                     ProgressLogger, ResumePosition, StepLimit, StopOnSignal)
+                                     ProgressLogger, StepLimit, StopOnSignal)
     from src.run.metrics_log import MetricsCSV
 
     callbacks = [
-        ResumePosition(micro_steps),
         ProgressLogger(cfg.log_interval, micro_steps, cfg.batch_size * ctx.group_size, lr_schedule, cfg.epochs,
                        log_fn=log, is_main=ctx.is_main, accumulation_step=cfg.accumulation_step, max_steps=max_steps,
                        state=state),

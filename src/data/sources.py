@@ -84,16 +84,12 @@ class EpochShardSampler(ds.Sampler):
     Each ``__iter__`` call is one epoch, counted from ``start_epoch``. The order is a
     permutation seeded by (seed, epoch), identical on every rank; it is wrapped
     around to a multiple of ``num_shards`` so every shard has ceil(N / num_shards) items.
-    ``skip`` leaves out the first items of every epoch's shard: a sampler for the rest of an
-    epoch that a stopped run had begun (MindSpore fixes the item count per pass, so that
-    rest is a pipeline of its own).
 
     With ``pairs`` each item is a pair (a, b) of indices from two independent permutations,
     yielded as ``(epoch * num_items + a) * num_items + b``.
     """
 
-    def __init__(self, num_items, num_shards=1, shard_id=0, shuffle=True, seed=0, start_epoch=0, pairs=False,
-                 skip=0):
+    def __init__(self, num_items, num_shards=1, shard_id=0, shuffle=True, seed=0, start_epoch=0, pairs=False):
         self.num_items = num_items
         self.pairs = pairs
         self.num_shards = num_shards
@@ -101,11 +97,10 @@ class EpochShardSampler(ds.Sampler):
         self.shuffle = shuffle
         self.seed = seed
         self.epoch = start_epoch
-        self.skip = int(skip)
         super().__init__()
 
     def __len__(self):
-        return math.ceil(self.num_items / self.num_shards) - self.skip
+        return math.ceil(self.num_items / self.num_shards)
 
     def epoch_indices(self, epoch, stream=0):
         """This shard's indices of ``epoch``; ``stream`` 1 is the second, independent permutation of pairs."""
@@ -121,10 +116,10 @@ class EpochShardSampler(ds.Sampler):
         epoch = self.epoch
         self.epoch += 1
         offset = epoch * self.num_items
-        first = self.epoch_indices(epoch)[self.skip:]
+        first = self.epoch_indices(epoch)
         if not self.pairs:
             return iter([offset + int(i) for i in first])
-        second = self.epoch_indices(epoch, stream=1)[self.skip:]
+        second = self.epoch_indices(epoch, stream=1)
         return iter([(offset + int(a)) * self.num_items + int(b) for a, b in zip(first, second)])
 
 
@@ -212,9 +207,8 @@ class FolderSource:
         epoch, a = divmod(rest, n)
         return [self._sample(epoch, a), self._sample(epoch, b, 1)]
 
-    def train_rows(self, num_shards=1, shard_id=0, shuffle=True, seed=0, start_epoch=0, pairs=False, skip=0):
-        sampler = EpochShardSampler(len(self.samples), num_shards, shard_id, shuffle, seed, start_epoch, pairs=pairs,
-                                    skip=skip)
+    def train_rows(self, num_shards=1, shard_id=0, shuffle=True, seed=0, start_epoch=0, pairs=False):
+        sampler = EpochShardSampler(len(self.samples), num_shards, shard_id, shuffle, seed, start_epoch, pairs=pairs)
         return Rows(_keys(len(self.samples), sampler), ["key"], self.read_pair if pairs else self.read_train,
                     len(sampler), self.name)
 

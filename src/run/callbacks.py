@@ -6,7 +6,6 @@ at construction; none keeps a flag in cb_params. The run returns `state.result()
 
 The one callback order (src/builders.py build_callbacks builds it; a subset keeps it):
 
-    ResumePosition      a resumed epoch's remaining batches count as its steps skip_steps + 1 ...
     ProgressLogger      the step's loss and lr, the epoch's sums (epoch_so_far), its train loss row
     NonFiniteLossGuard  a diverged step stops the run before anything saves it
     StopOnSignal        a SIGTERM / Ctrl-C: the checkpoint of the position, then stop
@@ -32,7 +31,7 @@ from mindspore.train import Callback
 from src.run.state import SO_FAR_KEYS
 
 __all__ = ["ProgressLogger", "EvalCallback", "CheckpointCallback", "NonFiniteLossGuard", "BadFileReport",
-           "ResumePosition", "StopOnSignal", "StepLimit", "RunCallback", "step_loss"]
+           "StopOnSignal", "StepLimit", "RunCallback", "step_loss"]
 
 
 def step_loss(net_outputs):
@@ -389,24 +388,6 @@ class CheckpointCallback(RunCallback):
             self.log_fn(f"saved {path} ({time.time() - start:.1f} s)")
 
 
-class ResumePosition(Callback):
-    """First in the callback list: every pass counts epochs of `steps_per_epoch` steps.
-
-    A run resumed in the middle of an epoch runs that epoch's remaining batches as a training
-    pass of their own, over a dataset of only those batches (builders.build_trainer's run); with
-    this, and the state's epoch_steps_before, the callbacks count them as steps skip_steps + 1 ...
-    of a `steps_per_epoch`-step epoch, so that step numbers, the lr shown and the checkpoint at
-    the epoch's end are those of the uninterrupted run.
-    """
-
-    def __init__(self, steps_per_epoch):
-        super().__init__()
-        self.steps_per_epoch = int(steps_per_epoch)
-
-    def on_train_begin(self, run_context):
-        run_context.original_args().batch_num = self.steps_per_epoch
-
-
 class _StopWithCheckpoint(RunCallback):
     """What StopOnSignal and StepLimit share: at the end of a step, a checkpoint of the exact position.
 
@@ -512,4 +493,4 @@ class StepLimit(_StopWithCheckpoint):
         if self.is_main:
             self.log_fn(f"stopped at --max_steps {self.max_steps} after {self._where}: saved {path}; continue with "
                         "--resume auto (and a larger --max_steps, or none)")
-        self._where = None  # said once, also when a resumed epoch's pass and the next one both end
+        self._where = None

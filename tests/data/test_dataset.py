@@ -281,6 +281,43 @@ def test_pipeline_resumed_at_start_epoch_redraws_the_uninterrupted_epoch(id_fold
     assert not np.array_equal(epoch0[0][0], epoch1[0][0])
 
 
+class CountedTransform:
+    """The training transform, counting its calls (one per image transformed; the map runs in-thread)."""
+
+    def __init__(self, transform):
+        self.transform, self.calls = transform, 0
+
+    def __call__(self, img, rng):
+        self.calls += 1
+        return self.transform(img, rng)
+
+
+@pytest.mark.timeout(300)
+def test_pipeline_started_mid_epoch_is_one_pass_of_the_uninterrupted_batches(id_folder):
+    """start_step: the first pass is the epoch's batches from start_step on (the same images, labels and Mixup
+    draws as the uninterrupted run's), the next pass a whole epoch; the batches before are not transformed."""
+    from src.data.dataset import create_dataset
+    from src.data.transforms import create_train_transform
+
+    def pipeline(start_epoch, start_step=0):
+        transform = CountedTransform(create_train_transform(8))
+        return transform, create_dataset(id_folder, "train", True, 2, transform, num_parallel_workers=1,
+                                         mixup=random_mixup, start_epoch=start_epoch, start_step=start_step)
+
+    def passes(dataset, n):
+        iterator = dataset.create_tuple_iterator(num_epochs=n, output_numpy=True)
+        return [[b for b in iterator] for _ in range(n)]
+
+    straight = passes(pipeline(0)[1], 3)
+    transform, resumed = pipeline(1, start_step=1)
+    assert resumed.get_dataset_size() == 4
+    got = passes(resumed, 2)
+    assert [len(p) for p in got] == [3, 4]
+    for a, b in zip(got[0] + got[1], straight[1][1:] + straight[2]):
+        assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    assert transform.calls == 3 * 2 + 4 * 2  # the skipped batch's 2 images are not transformed
+
+
 def fake_mixup(x, labels):
     """Mixes each image with the batch reversed at lambda 0.75: soft targets of 10 classes."""
     one_hot = np.eye(10, dtype=np.float32)[labels]
