@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 
-.PHONY: demo test test-slow test-lite bench clean
+.PHONY: demo test test-slow test-lite dev bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -59,6 +59,10 @@ test-tools:
 	  { $(have_arm_tools); } >/dev/null 2>&1 || { missing="$$missing $(ARM_TOOLS)"; how="$$how arm-tools"; }; \
 	  if [ -n "$$missing" ]; then echo "note: not installed (Debian packages):$$missing; the tests that need" \
 	    "them skip; install them with: sudo make$$how"; fi; fi
+
+# the venv with every test dependency and the Debian test tools: what the test targets need, installed once
+# (.ci/run installs it before it starts make test and the jobs beside it, which then install nothing)
+dev: $(DEV_STAMP) test-tools
 
 # pytest-xdist: the test files spread over TEST_WORKERS processes (a file's tests stay in one, so its module
 # fixtures are made once); most tests run one thread of MindSpore, so 2 workers use both cores of CI's machine
