@@ -66,3 +66,18 @@ def test_make_never_runs_sudo_for_the_test_tools(tmp_path):
     assert result.returncode != 0 and not sudo
     assert result.stderr.splitlines()[0] == ("error: installing g++-aarch64-linux-gnu qemu-user libdnnl2 needs root: "
                                              "run sudo make arm-tools")
+
+
+def test_the_longest_files_go_first_and_each_still_exists():
+    from conftest import LONGEST_FIRST, pytest_collection_modifyitems
+
+    assert [path for path in LONGEST_FIRST if not os.path.isfile(os.path.join(ROOT, path))] == []
+
+    class Item:
+        def __init__(self, nodeid):
+            self.nodeid = nodeid
+
+    items = [Item(n) for n in ("tests/a.py::x", "tests/test_bench.py::q", "tests/a.py::y", "tests/deploy/test_fold.py::f")]
+    pytest_collection_modifyitems(items)
+    assert [i.nodeid for i in items] == ["tests/test_bench.py::q", "tests/deploy/test_fold.py::f", "tests/a.py::x",
+                                         "tests/a.py::y"]
