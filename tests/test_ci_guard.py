@@ -1,4 +1,5 @@
 """With CI set, a missing tool stops the run with one line, and a skip is a failure (tests/conftest.py)."""
+import importlib.util
 import os
 import subprocess
 import sys
@@ -69,8 +70,11 @@ def test_make_never_runs_sudo_for_the_test_tools(tmp_path):
 
 
 def test_the_longest_files_go_first_and_each_still_exists():
-    from conftest import LONGEST_FIRST, pytest_collection_modifyitems
-
+    # by path: with several conftest.py files in tests/, the module name "conftest" may be another folder's
+    spec = importlib.util.spec_from_file_location("tests_conftest", os.path.join(ROOT, "tests", "conftest.py"))
+    conftest = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(conftest)
+    LONGEST_FIRST, pytest_collection_modifyitems = conftest.LONGEST_FIRST, conftest.pytest_collection_modifyitems
     assert [path for path in LONGEST_FIRST if not os.path.isfile(os.path.join(ROOT, path))] == []
 
     class Item:
