@@ -36,19 +36,19 @@ def make_folder(root, classes, train, val, seed=0):
 
 
 def time_first_step(repo, data, classes):
-    out = tempfile.mkdtemp(prefix="startup-")
-    cmd = [sys.executable, "train.py", "--config", "src/configs/dm_nfnet_nano_digits.yaml", "--data_path", data,
-           "--num_classes", str(classes), "--epochs", "1", "--max_steps", "1", "--log_interval", "1",
-           "--eval_while_train", "false", "--device_target", "CPU", "--output_dir", os.path.join(out, "run")]
-    start = time.monotonic()
-    seen = {}
-    proc = subprocess.Popen(cmd, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    for line in proc.stdout:
-        for needle, name in MARKS:
-            if needle in line and name not in seen:
-                seen[name] = time.monotonic() - start
-    proc.wait()
-    seen["exit"] = time.monotonic() - start
+    with tempfile.TemporaryDirectory(prefix="startup-") as out:  # the run's checkpoint is not kept
+        cmd = [sys.executable, "train.py", "--config", "src/configs/dm_nfnet_nano_digits.yaml", "--data_path", data,
+               "--num_classes", str(classes), "--epochs", "1", "--max_steps", "1", "--log_interval", "1",
+               "--eval_while_train", "false", "--device_target", "CPU", "--output_dir", os.path.join(out, "run")]
+        start = time.monotonic()
+        seen = {}
+        proc = subprocess.Popen(cmd, cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for line in proc.stdout:
+            for needle, name in MARKS:
+                if needle in line and name not in seen:
+                    seen[name] = time.monotonic() - start
+        proc.wait()
+        seen["exit"] = time.monotonic() - start
     return proc.returncode, seen
 
 
