@@ -30,6 +30,10 @@ CI_NEEDS = {  # name -> (found?, how to install it)
 
 
 def pytest_configure(config):
+    # pytest-xdist hands the files out ordered by their number of tests, most first, unless told not to
+    # (--no-loadscope-reorder): that order would undo LONGEST_FIRST below
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
     if not CI:
         return
     missing = [f"{name} ({how})" for name, (found, how) in CI_NEEDS.items() if not found()]
@@ -39,8 +43,9 @@ def pytest_configure(config):
 
 # The files whose tests take longest go first, longest first (seconds in a loaded run on the 2 cores:
 # 609 for the bench's one --quick test, 788 ... 251 for the others): with --dist loadfile a file is
-# handed out whole, and the bench's 10 minutes, handed out last (alphabetical order), were the tail of a
-# loaded run: the other process had finished. The order of every other file stays the collection's.
+# handed out whole, and the bench's 10 minutes, handed out late (xdist's order: files with more tests
+# first), were the tail of a loaded run: the other process had finished. The order of every other file
+# stays the collection's.
 LONGEST_FIRST = ("tests/test_bench.py", "tests/deploy/test_export.py", "tests/reliability/test_inference_outputs.py",
                  "tests/test_machine_fit.py", "tests/models/test_nfnet_parity.py",
                  "tests/distributed/test_data_parallel_cpu.py", "tests/reliability/test_mindrecord_sources.py",

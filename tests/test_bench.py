@@ -74,6 +74,10 @@ def test_quick_run_writes_every_metric_and_the_chart(tmp_path):
     # cost curves: every point measured for every framework, and the chart
     rows = results["scaling"]["batch"] + results["scaling"]["resolution"]
     assert len(rows) == 2  # --quick: one point of each sweep
+    # the resolution point is the main train row's own (batch 2, 64 px): taken from it, not run again
+    main = results["scaling"]["resolution"][0]
+    assert (main["batch"], main["size"]) == (results["settings"]["train_batch"], results["settings"]["train_size"])
+    assert main["ours"]["step_s"] == round(results["workers"]["train_ours"]["result"]["step_s"], 3)
     for row in rows:
         for framework, _ in scaling.FRAMEWORKS:
             assert _is_measured(row[framework]["step_s"]) and _is_measured(row[framework]["peak_rss_mb"]), row

@@ -74,14 +74,16 @@ def test_the_longest_files_go_first_and_each_still_exists():
     spec = importlib.util.spec_from_file_location("tests_conftest", os.path.join(ROOT, "tests", "conftest.py"))
     conftest = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(conftest)
-    LONGEST_FIRST, pytest_collection_modifyitems = conftest.LONGEST_FIRST, conftest.pytest_collection_modifyitems
-    assert [path for path in LONGEST_FIRST if not os.path.isfile(os.path.join(ROOT, path))] == []
+    assert [path for path in conftest.LONGEST_FIRST if not os.path.isfile(os.path.join(ROOT, path))] == []
 
-    class Item:
-        def __init__(self, nodeid):
-            self.nodeid = nodeid
 
-    items = [Item(n) for n in ("tests/a.py::x", "tests/test_bench.py::q", "tests/a.py::y", "tests/deploy/test_fold.py::f")]
-    pytest_collection_modifyitems(items)
-    assert [i.nodeid for i in items] == ["tests/test_bench.py::q", "tests/deploy/test_fold.py::f", "tests/a.py::x",
-                                         "tests/a.py::y"]
+def test_pytest_xdist_hands_out_the_longest_file_first():
+    # real pytest-xdist, one worker (its queue order is the run order), as make test runs it: test_config.py
+    # (33 tests, collected first) and two of test_bench.py's (LONGEST_FIRST). xdist alone would run the file with
+    # more tests first (its default, which undid the order in CI's runs until tests/conftest.py turned it off)
+    run = _pytest("-n", "1", "--dist", "loadfile", "-vv", "tests/test_config.py",
+                  "tests/test_bench.py", "-k", "test_config or compile_time_below_zero or unknown_only_name")
+    assert run.returncode == 0, run.stdout[-3000:]
+    files = [line.split("::")[0].split()[-1] for line in run.stdout.splitlines() if " PASSED " in line]
+    order = [f for i, f in enumerate(files) if f not in files[:i]]
+    assert order == ["tests/test_bench.py", "tests/test_config.py"], run.stdout[-3000:]
