@@ -85,5 +85,4 @@ def test_pytest_xdist_hands_out_the_longest_file_first():
                   "tests/test_bench.py", "-k", "test_config or compile_time_below_zero or unknown_only_name")
     assert run.returncode == 0, run.stdout[-3000:]
     files = [line.split("::")[0].split()[-1] for line in run.stdout.splitlines() if " PASSED " in line]
-    order = [f for i, f in enumerate(files) if f not in files[:i]]
-    assert order == ["tests/test_bench.py", "tests/test_config.py"], run.stdout[-3000:]
+    assert list(dict.fromkeys(files)) == ["tests/test_bench.py", "tests/test_config.py"], run.stdout[-3000:]
