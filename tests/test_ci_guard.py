@@ -1,4 +1,5 @@
-"""With CI set, a missing tool stops the run with one line, and a skip is a failure (tests/conftest.py)."""
+"""With CI set, a missing tool stops the run with one line, and a skip is a failure (tests/conftest.py); the runs
+leave no temp folders behind (pytest.ini, .ci/run)."""
 import importlib.util
 import os
 import subprocess
@@ -86,3 +87,38 @@ def test_pytest_xdist_hands_out_the_longest_file_first():
     assert run.returncode == 0, run.stdout[-3000:]
     files = [line.split("::")[0].split()[-1] for line in run.stdout.splitlines() if " PASSED " in line]
     assert list(dict.fromkeys(files)) == ["tests/test_bench.py", "tests/test_config.py"], run.stdout[-3000:]
+
+
+def test_a_passing_test_leaves_no_temp_folder(tmp_path):
+    # real pytest with this repository's pytest.ini: a passed test's tmp_path goes when it ends, a failed one's stays
+    (tmp_path / "test_two.py").write_text("def test_pass(tmp_path):\n    (tmp_path / 'ckpt').write_bytes(b'0' * 9)\n\n"
+                                          "def test_fail(tmp_path):\n    (tmp_path / 'ckpt').write_bytes(b'0')\n"
+                                          "    assert False\n")
+    base = tmp_path / "base"
+    run = _pytest("-c", os.path.join(ROOT, "pytest.ini"), "--rootdir", str(tmp_path), f"--basetemp={base}",
+                  str(tmp_path / "test_two.py"))
+    assert run.returncode == 1 and "1 failed, 1 passed" in run.stdout, run.stdout[-2000:]
+    assert sorted(path.name for path in base.iterdir() if not path.is_symlink()) == ["test_fail0"]  # not *current
+
+
+def test_ci_run_removes_its_temp_folder(tmp_path):
+    # .ci/run itself (bash), from a copy of the checkout's .ci folder, with a `make` stand-in that writes what the
+    # jobs write in their pytest temp folders: every job's log is printed, and nothing is left in TMPDIR
+    import shutil
+
+    checkout, tmp, bin_dir = tmp_path / "checkout", tmp_path / "tmp", tmp_path / "bin"
+    for folder in (checkout, tmp, bin_dir):
+        folder.mkdir()
+    shutil.copytree(os.path.join(ROOT, ".ci"), checkout / ".ci")
+    (bin_dir / "make").write_text('#!/bin/sh\necho "make $*"\n'
+                                  'case "$PYTEST_ADDOPTS" in *--basetemp=*) d=${PYTEST_ADDOPTS#*--basetemp=}; '
+                                  'mkdir -p "$d" && echo x > "$d/model.ckpt";; esac\n')
+    (bin_dir / "make").chmod(0o755)
+    (checkout / ".venv" / "bin").mkdir(parents=True)
+    os.symlink(shutil.which("true"), checkout / ".venv" / "bin" / "python")
+    run = subprocess.run(["bash", str(checkout / ".ci" / "run")], capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, TMPDIR=str(tmp), PATH=f"{bin_dir}:{os.environ['PATH']}"))
+    assert run.returncode == 0, run.stdout + run.stderr
+    for job in ("make test-slow", "make test-lite", "make demo", "make test", "CI finished"):
+        assert job in run.stdout, run.stdout
+    assert list(tmp.iterdir()) == []
