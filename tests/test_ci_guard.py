@@ -2,6 +2,7 @@
 leave no temp folders behind (pytest.ini, .ci/run)."""
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 
@@ -37,19 +38,22 @@ def test_skipping_helper():
         pytest.skip("why")
 
 
+def _script(path, body):
+    """An executable /bin/sh script: the stand-in commands below."""
+    path.write_text(f"#!/bin/sh\n{body}\n")
+    path.chmod(0o755)
+
+
 def _make_as_user(target, tmp_path):
     """`make <target>` as a user without root: PATH holds the basic commands but no shellcheck, Arm cross compiler
     or qemu, an `id` that answers uid 1000, and a `sudo` that only records that it was called."""
-    import shutil
-
     bin_dir, called = tmp_path / "bin", tmp_path / "sudo-called"
     if not bin_dir.exists():
         bin_dir.mkdir()
         for tool in ("make", "ls", "cat", "sha256sum", "cut"):
             os.symlink(shutil.which(tool), bin_dir / tool)
         for name, body in (("id", "echo 1000"), ("sudo", f'echo "$@" > {called}')):
-            (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
-            (bin_dir / name).chmod(0o755)
+            _script(bin_dir / name, body)
     result = subprocess.run(["make", "--no-print-directory", "-C", ROOT, target], capture_output=True, text=True,
                             env={"PATH": str(bin_dir), "HOME": str(tmp_path)}, timeout=60)
     return result, called.exists()
@@ -104,16 +108,12 @@ def test_a_passing_test_leaves_no_temp_folder(tmp_path):
 def test_ci_run_removes_its_temp_folder(tmp_path):
     # .ci/run itself (bash), from a copy of the checkout's .ci folder, with a `make` stand-in that writes what the
     # jobs write in their pytest temp folders: every job's log is printed, and nothing is left in TMPDIR
-    import shutil
-
     checkout, tmp, bin_dir = tmp_path / "checkout", tmp_path / "tmp", tmp_path / "bin"
     for folder in (checkout, tmp, bin_dir):
         folder.mkdir()
     shutil.copytree(os.path.join(ROOT, ".ci"), checkout / ".ci")
-    (bin_dir / "make").write_text('#!/bin/sh\necho "make $*"\n'
-                                  'case "$PYTEST_ADDOPTS" in *--basetemp=*) d=${PYTEST_ADDOPTS#*--basetemp=}; '
-                                  'mkdir -p "$d" && echo x > "$d/model.ckpt";; esac\n')
-    (bin_dir / "make").chmod(0o755)
+    _script(bin_dir / "make", 'echo "make $*"\ncase "$PYTEST_ADDOPTS" in *--basetemp=*) '
+                              'd=${PYTEST_ADDOPTS#*--basetemp=}; mkdir -p "$d" && echo x > "$d/model.ckpt";; esac')
     (checkout / ".venv" / "bin").mkdir(parents=True)
     os.symlink(shutil.which("true"), checkout / ".venv" / "bin" / "python")
     run = subprocess.run(["bash", str(checkout / ".ci" / "run")], capture_output=True, text=True, timeout=60,
