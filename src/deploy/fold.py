@@ -73,5 +73,8 @@ def fold_weight_standardization(network, conv_impl=None):
                           lambda _name, conv: fold_conv(conv, conv_impl))
     if count == 0:
         raise ValueError(f"{type(network).__name__} has no ScaledStdConv2d to fold")
+    for _, cell in folded.cells_and_names():
+        if getattr(cell, "inference_chain", None) is not None:
+            cell.inference_chain = None  # a fused CPU kernel of the unfolded convolutions (layers/fast_forms.py)
     folded.set_train(False)
     return folded

@@ -110,6 +110,48 @@ def test_exported_networks_use_no_fused_kernels():
     assert relative < 2e-6, relative  # measured 2.6e-7
 
 
+def _chained_and_plain(gelu_form, **kwargs):
+    """(nano with its blocks' inference chains, the same weights without them), both in eval mode."""
+    chained = live_nano(fast_forms=True, gelu_form=gelu_form, **kwargs)
+    plain = live_nano(fast_forms=True, gelu_form=gelu_form, **kwargs)
+    for _, cell in plain.cells_and_names():
+        if hasattr(cell, "chain_parts"):
+            cell.inference_chain = None
+    return chained.set_train(False), plain.set_train(False)
+
+
+@pytest.mark.parametrize("mode", ["pynative", "graph_mode"])
+@pytest.mark.parametrize("gelu_form", ["exact", "tanh"])
+def test_the_blocks_inference_chain_computes_the_separate_cells_floats(gelu_form, mode, request):
+    """conv -> GELU -> ... -> conv as one oneDNN kernel (activations kept in oneDNN's blocked layout) gives
+    the separate kernels' logits bit for bit; training keeps the separate cells (they have a backward)."""
+    if not cpu_kernels.dnnl_available():
+        pytest.skip("the fused library was built without oneDNN")
+    request.getfixturevalue(mode)
+    chained, plain = _chained_and_plain(gelu_form)
+    blocks = [cell for _, cell in chained.cells_and_names() if hasattr(cell, "chain_parts")]
+    assert blocks and all(isinstance(b.inference_chain, cpu_kernels.FusedConvGeluChain) for b in blocks)
+    for batch in (3, 1):  # a new input shape is a new chain
+        x = ms.Tensor(np.random.default_rng(batch).standard_normal((batch, 3, 64, 64)).astype(np.float32))
+        want = plain(x).asnumpy()
+        np.testing.assert_array_equal(chained(x).asnumpy(), want)
+        assert np.abs(want).max() > 0.1  # the random weights' branches reach the logits
+    chained.set_train(True)
+    assert chained(x).shape == want.shape  # the training form (separate cells) runs beside it
+
+
+def test_no_inference_chain_where_a_blocked_layout_would_be_padded():
+    """Channels between the convolutions that are not a multiple of oneDNN's block (16) keep the separate
+    cells: the chain's GELU would run over the layout's padding."""
+    from src.models.nfnet import NfCfg, NormFreeBlock
+    from src.models.layers import ScaledStdConv2d as Conv
+
+    cfg = NfCfg(depths=(1,), channels=(40,), group_size=8)
+    block = NormFreeBlock(40, 40, 1, 0.2, 1.0, cfg, Conv, lambda: GammaAct("gelu"), 0.0)  # 24 between
+    apply_fast_forms(block)
+    assert block.inference_chain is None and block.conv1.out_channels % 16
+
+
 def test_fused_mul_rows_matches_operator_form_and_its_gradient():
     rng = np.random.default_rng(3)
     rows = ms.Tensor(rng.standard_normal((6, 50)).astype(np.float32))

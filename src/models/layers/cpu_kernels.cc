@@ -188,6 +188,13 @@ inline float tanh_f32(float u) {
   return std::copysign((1.0f - e) / (1.0f + e), u);
 }
 
+// gamma * GELU(v), exact and tanh forms, with half_gamma = gamma / 2: the forward kernels' element
+// (one definition, so that the fused inference path computes the same floats).
+inline float scaled_gelu(float v, float half_gamma) { return half_gamma * v * (1.0f + erf_f32(v * kSqrtHalf)); }
+inline float scaled_tanh_gelu(float v, float half_gamma) {
+  return half_gamma * v * (1.0f + tanh_f32(kSqrt2OverPi * (v + kTanhCubic * v * v * v)));
+}
+
 }  // namespace
 
 extern "C" void NfnetKernelsSetThreads(int num) { g_threads = num; }
@@ -200,7 +207,7 @@ extern "C" int ScaledGeluForward(int nparam, void **params, int *ndims, int64_t 
   const float half_gamma = 0.5f * input(params, 1)[0];
   float *y = output(params, 2);
   const int64_t n = numel(ndims[0], shapes[0]);
-  parallel_for(n, [&](int64_t i) { y[i] = half_gamma * x[i] * (1.0f + erf_f32(x[i] * kSqrtHalf)); });
+  parallel_for(n, [&](int64_t i) { y[i] = scaled_gelu(x[i], half_gamma); });
   return 0;
 }
 
@@ -231,10 +238,7 @@ extern "C" int ScaledTanhGeluForward(int nparam, void **params, int *ndims, int6
   const float half_gamma = 0.5f * input(params, 1)[0];
   float *y = output(params, 2);
   const int64_t n = numel(ndims[0], shapes[0]);
-  parallel_for(n, [&](int64_t i) {
-    const float v = x[i];
-    y[i] = half_gamma * v * (1.0f + tanh_f32(kSqrt2OverPi * (v + kTanhCubic * v * v * v)));
-  });
+  parallel_for(n, [&](int64_t i) { y[i] = scaled_tanh_gelu(x[i], half_gamma); });
   return 0;
 }
 
@@ -766,6 +770,7 @@ int dnnl_primitive_desc_destroy(dnnl_primitive_desc_t pd);
 int dnnl_primitive_create(dnnl_primitive_t *primitive, const dnnl_primitive_desc_t pd);
 int dnnl_memory_create(dnnl_memory_t *memory, const_dnnl_memory_desc_t desc, dnnl_engine_t engine, void *handle);
 int dnnl_memory_set_data_handle(dnnl_memory_t memory, void *handle);
+int dnnl_memory_get_memory_desc(dnnl_memory_t memory, const_dnnl_memory_desc_t *desc);
 int dnnl_primitive_execute(const dnnl_primitive_t primitive, dnnl_stream_t stream, int nargs,
                            const dnnl_exec_arg_t *args);
 int dnnl_stream_wait(dnnl_stream_t stream);
@@ -1050,6 +1055,138 @@ extern "C" int DnnlConvBackward(int nparam, void **params, int *ndims, int64_t *
                      {kArgDiffWeights, conv->diff_weights}, {kArgDiffBias, conv->bias}}) &&
        dnnl_reorder_run(ctx, conv->from_diff_weights, conv->diff_weights, conv->user_weights) &&
        dnnl_stream_wait(ctx.stream) == 0;
+  return ok ? 0 : 1;
+}
+
+namespace {
+
+// A chain of convolutions with gamma * GELU between them, at inference (DnnlConvGeluChain): the
+// convolutions are dnnl_conv's (the same primitives, so the same floats as DnnlConvForward), but an
+// activation passes from one to the next in the blocked layout oneDNN chose, with the GELU applied
+// there, instead of going out to NCHW and back: per NF block 2 activation reorders instead of 8.
+struct DnnlChain {
+  std::vector<DnnlConv *> convs;
+  std::vector<dnnl_primitive_t> between;  // conv i's dst layout -> conv i+1's src layout; nullptr: the same
+  std::vector<int64_t> numel;             // elements of conv i's output
+  size_t region = 0;                      // bytes of one of the three activation regions
+};
+
+const_dnnl_memory_desc_t dnnl_md(dnnl_memory_t memory) {
+  const_dnnl_memory_desc_t md = nullptr;
+  return dnnl_memory_get_memory_desc(memory, &md) == 0 ? md : nullptr;
+}
+
+// The chain for input shape `x` and, per convolution, weight shape `w[i]` and geometry shape
+// `geo[i]` (kh, kw, stride, groups); made on first use, nullptr if oneDNN refuses a part or an
+// intermediate activation's layout is padded (its GELU would touch the padding). Call with the
+// context's `run` held.
+DnnlChain *dnnl_chain(const int64_t *x, int count, int64_t **w, int64_t **geo) {
+  static std::vector<std::pair<std::vector<int64_t>, std::unique_ptr<DnnlChain>>> chains;
+  std::vector<int64_t> key(x, x + 4);
+  for (int i = 0; i < count; ++i) key.insert(key.end(), {w[i][0], geo[i][0], geo[i][1], geo[i][2], geo[i][3]});
+  for (auto &entry : chains)
+    if (entry.first == key) return entry.second.get();
+  auto chain = std::make_unique<DnnlChain>();
+  int64_t shape[4] = {x[0], x[1], x[2], x[3]};
+  for (int i = 0; i < count; ++i) {
+    DnnlConv *conv = dnnl_conv_for(shape, w[i], 4, geo[i]);
+    if (conv == nullptr) return nullptr;
+    int64_t unused;
+    same_padding(shape[2], geo[i][0], geo[i][2], &unused, &shape[2]);
+    same_padding(shape[3], geo[i][1], geo[i][2], &unused, &shape[3]);
+    shape[1] = w[i][0];
+    chain->convs.push_back(conv);
+    chain->numel.push_back(numel(4, shape));
+    const_dnnl_memory_desc_t dst = dnnl_md(conv->y.inner);
+    if (dst == nullptr) return nullptr;
+    chain->region = std::max({chain->region, dnnl_memory_desc_get_size(dnnl_md(conv->x.inner)),
+                              dnnl_memory_desc_get_size(dst)});
+    if (i + 1 < count && dnnl_memory_desc_get_size(dst) != static_cast<size_t>(chain->numel.back()) * sizeof(float))
+      return nullptr;
+  }
+  DnnlContext &ctx = dnnl_context();
+  for (int i = 0; i + 1 < count; ++i) {
+    const_dnnl_memory_desc_t from = dnnl_md(chain->convs[i]->y.inner), to = dnnl_md(chain->convs[i + 1]->x.inner);
+    dnnl_primitive_t reorder = nullptr;
+    if (!dnnl_memory_desc_equal(from, to) && !dnnl_reorder(ctx.engine, from, to, &reorder)) return nullptr;
+    chain->between.push_back(reorder);
+  }
+  chain->region = (chain->region + 4095) / 4096 * 4096;
+  ctx.activations_buffer(3 * chain->region);
+  chains.emplace_back(key, std::move(chain));
+  return chains.back().second.get();
+}
+
+}  // namespace
+
+// conv -> gamma GELU -> conv -> ... -> conv at inference, SAME-padded NCHW convolutions with bias
+// (an NF block's main path, DeepMind's stem), in one call. params: x (n, c, h, w), then per
+// convolution its weight (out, c / groups, kh, kw), bias (out,) and geometry (kh, kw, stride,
+// groups; only its shape is read), then consts (2,) = [gamma, form (0 exact, 1 tanh)], y.
+extern "C" int DnnlConvGeluChain(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *,
+                                 void *) {
+  const int count = (nparam - 3) / 3;
+  if (count < 1 || nparam != 3 * count + 3 || ndims[0] != 4 || std::strcmp(dtypes[0], "float32") != 0 ||
+      std::strcmp(dtypes[nparam - 1], "float32") != 0 || std::strcmp(dtypes[nparam - 2], "float32") != 0)
+    return 1;
+  std::vector<int64_t *> w, geo;
+  for (int i = 0; i < count; ++i) {
+    const int at = 1 + 3 * i;
+    if (ndims[at] != 4 || ndims[at + 2] != 4 || std::strcmp(dtypes[at], "float32") != 0 ||
+        std::strcmp(dtypes[at + 1], "float32") != 0) return 1;
+    w.push_back(shapes[at]);
+    geo.push_back(shapes[at + 2]);
+  }
+  const float half_gamma = 0.5f * input(params, nparam - 2)[0];
+  const bool tanh_form = input(params, nparam - 2)[1] != 0.0f;
+  DnnlContext &ctx = dnnl_context();
+  std::lock_guard<std::mutex> lock(ctx.run);
+  DnnlChain *chain = dnnl_chain(shapes[0], count, w.data(), geo.data());
+  if (chain == nullptr) return 1;
+  char *regions[3];
+  for (int r = 0; r < 3; ++r) regions[r] = ctx.activations_buffer(0) + r * chain->region;
+  bool ok = true;
+  for (int i = 0; ok && i < count; ++i) {
+    DnnlConv *conv = chain->convs[i];
+    char *out = regions[1 - i % 2];  // conv i reads the other region (or the third, after a reorder)
+    if (i == 0) {
+      dnnl_memory_set_data_handle(conv->x.user, params[0]);
+      if (conv->x.reorder) dnnl_memory_set_data_handle(conv->x.inner, regions[0]);
+      ok = dnnl_load(ctx, conv->x);
+    }
+    if (i + 1 == count) {
+      dnnl_memory_set_data_handle(conv->y.user, params[nparam - 1]);
+      if (conv->y.reorder) dnnl_memory_set_data_handle(conv->y.inner, out);
+    } else {
+      dnnl_memory_set_data_handle(conv->y.inner, out);
+    }
+    const int at = 1 + 3 * i;
+    dnnl_memory_set_data_handle(conv->user_weights, params[at]);
+    dnnl_memory_set_data_handle(conv->bias, params[at + 1]);
+    dnnl_memory_set_data_handle(conv->forward_weights, ctx.weights_buffer(0));
+    ok = ok && dnnl_reorder_run(ctx, conv->to_forward_weights, conv->user_weights, conv->forward_weights) &&
+         dnnl_execute(ctx, conv->forward,
+                      {{kArgSrc, conv->x.inner}, {kArgWeights, conv->forward_weights}, {kArgBias, conv->bias},
+                       {kArgDst, conv->y.inner}}) &&
+         dnnl_stream_wait(ctx.stream) == 0;
+    if (!ok) break;
+    if (i + 1 == count) {
+      ok = dnnl_store(ctx, conv->y) && dnnl_stream_wait(ctx.stream) == 0;
+      break;
+    }
+    float *y = reinterpret_cast<float *>(out);
+    if (tanh_form)
+      parallel_for(chain->numel[i], [&](int64_t j) { y[j] = scaled_tanh_gelu(y[j], half_gamma); });
+    else
+      parallel_for(chain->numel[i], [&](int64_t j) { y[j] = scaled_gelu(y[j], half_gamma); });
+    DnnlConv *next = chain->convs[i + 1];
+    if (chain->between[i] == nullptr) {
+      dnnl_memory_set_data_handle(next->x.inner, out);
+    } else {
+      dnnl_memory_set_data_handle(next->x.inner, regions[2]);
+      ok = dnnl_reorder_run(ctx, chain->between[i], conv->y.inner, next->x.inner) && dnnl_stream_wait(ctx.stream) == 0;
+    }
+  }
   return ok ? 0 : 1;
 }
 #endif  // NFNET_WITH_DNNL

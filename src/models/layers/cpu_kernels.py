@@ -26,7 +26,7 @@ import sys
 import warnings
 
 import mindspore as ms
-from mindspore import Tensor, ops
+from mindspore import Tensor, nn, ops
 
 from src.atomic import atomic_path
 
@@ -359,6 +359,45 @@ class FusedConv2dSame(Conv2dSame):
 
     def __deepcopy__(self, memo):
         return type(self)(self.kernel_size, self.stride, self.groups, self.use_dnnl)
+
+
+def _chain_shape(x, *rest):
+    """Output shape of DnnlConvGeluChain: x, then (weight, bias, geometry) per convolution, then consts."""
+    n, c, h, w = x
+    for weight, _bias, geo in zip(rest[0:-1:3], rest[1:-1:3], rest[2:-1:3]):
+        h, w = _out_hw((n, c, h, w), geo)
+        c = weight[0]
+    return n, c, h, w
+
+
+class FusedConvGeluChain(nn.Cell):
+    """conv -> gamma GELU -> conv -> ... -> conv, forward only, in one oneDNN kernel: what an NF block's main
+    path (conv1, conv2, conv2b, conv3 with their GELUs) computes at inference.
+
+    The convolutions are FusedConv2dSame's oneDNN primitives and the GELU its kernel's element, so the
+    result equals the separate cells' bit for bit; but each activation passes to the next convolution in
+    the blocked layout oneDNN computes in, instead of going out to NCHW and back in (F0 eval b8@256 on
+    AVX-512: activation reorders were 96 ms of a 1.22 s step, oneDNN's log). No backward: the block runs it
+    only when not training. `geometries`: (kernel size, stride, groups) per convolution; `gamma` and
+    `gelu_form` the GELU's (activations.py).
+    """
+
+    def __init__(self, geometries, gamma, gelu_form="exact"):
+        super().__init__()
+        self.geometries = tuple(tuple(int(v) for v in g) for g in geometries)
+        self.gamma, self.gelu_form = float(gamma), gelu_form
+        self.geometry = [ops.zeros((k, k, stride, groups), ms.int32) for k, stride, groups in self.geometries]
+        self.consts = Tensor([self.gamma, 1.0 if gelu_form == "tanh" else 0.0], ms.float32)
+        self.chain = _custom("DnnlConvGeluChain", _chain_shape, lambda x, *_rest: x)
+
+    def construct(self, x, *weights_and_biases):
+        inputs = [x]
+        for i, geometry in enumerate(self.geometry):
+            inputs += [weights_and_biases[2 * i], weights_and_biases[2 * i + 1], geometry]
+        return self.chain(*inputs, self.consts)
+
+    def __deepcopy__(self, memo):
+        return type(self)(self.geometries, self.gamma, self.gelu_form)
 
 
 if __name__ == "__main__":  # `python -m src.models.layers.cpu_kernels`: build now (make does)

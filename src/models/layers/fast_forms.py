@@ -45,15 +45,39 @@ def _swaps(forms):
     return swaps
 
 
+def _chain_of(cell):
+    """The fused inference chain for a cell with `chain_parts()` (an NF block), or None where the kernel
+    cannot take it: every convolution on oneDNN, one GELU between them, no padded blocked layout
+    between them (channels a multiple of 16, oneDNN's widest block)."""
+    from . import cpu_kernels as k
+
+    convs, acts = cell.chain_parts()
+    fused = [getattr(c, "conv", None) for c in convs]
+    if not all(isinstance(f, k.FusedConv2dSame) and f.use_dnnl for f in fused):
+        return None
+    if not all(type(a) is k.FusedScaledGELU and (a.gamma, a.gelu_form) == (acts[0].gamma, acts[0].gelu_form)
+               for a in acts):
+        return None
+    if any(c.out_channels % 16 for c in convs[:-1]):
+        return None
+    return k.FusedConvGeluChain([(f.kernel_size, f.stride, f.groups) for f in fused], acts[0].gamma, acts[0].gelu_form)
+
+
 def apply_fast_forms(network, forms=None):
     """Swap the plain forms of `network` (in place) for `forms` (default: config.active_forms()).
 
-    Returns the number of cells swapped. Only cells still in their plain form are swapped, so
-    applying it twice changes nothing.
+    Returns the number of cells swapped or added. Only cells still in their plain form are swapped,
+    so applying it twice changes nothing. With the fused kernels, each NF block also gets its main
+    path as one inference kernel (`inference_chain`, used only when not training).
     """
     forms = active_forms() if forms is None else forms
     count = 0
     for plain, which, fast in _swaps(forms):
         count += replace_cells(network, lambda c, plain=plain, which=which: type(c) is plain and which(c),
                                lambda _name, c, fast=fast: fast(c))
+    if forms.fused_kernels and forms.cpu_operators:
+        for _name, cell in list(network.cells_and_names()):
+            if hasattr(cell, "chain_parts") and cell.inference_chain is None:
+                cell.inference_chain = _chain_of(cell)
+                count += cell.inference_chain is not None
     return count
