@@ -42,7 +42,9 @@ the cores this process may use; torch.set_num_threads and src.run.context.set_cp
 
 The two pipeline workers run --pipeline-rounds times, taking turns (ours first in even rounds),
 each a fresh process; a row's img/s is the median over all its timed epochs, and the spread of
-the rounds is printed, so a load change on a shared machine hits both.
+the rounds is printed, so a load change on a shared machine hits both. The eval-network workers
+(ours, timm eager, channels_last, torch.compile) run --eval-rounds times the same way, their rows
+the medians over every round's timed calls.
 
 Each measurement runs in its own subprocess (``bench.py --worker NAME --json-out FILE``), one
 after another, with a timeout; a worker that fails, times out or grows past --max-rss-gb (its
@@ -72,7 +74,7 @@ from benchmarks.lite_cpu import LITE_MISSING, lite_cache, lite_python  # noqa: E
 from benchmarks.report import (collect_metrics, efficiency, format_efficiency, format_rounds,  # noqa: E402
                                format_table, plot_ratios)
 from benchmarks.runner import (ISA_LIMITS, available_cores, machine_info, memory_available_gb,  # noqa: E402
-                               merge_rounds, run_worker, wait_until_quiet)
+                               merge_eval_rounds, merge_rounds, run_worker, wait_until_quiet)
 
 F0_CONFIG = os.path.join(ROOT, "src", "configs", "dm_nfnet_f0.yaml")
 
@@ -80,10 +82,10 @@ F0_CONFIG = os.path.join(ROOT, "src", "configs", "dm_nfnet_f0.yaml")
 SIZES = {
     "full": dict(arch="dm_nfnet_f0", train_batch=8, train_size=192, eval_batch=8, eval_size=256, warmup=2, steps=5,
                  num_images=256, pipeline_batch=32, pipeline_epochs=3, pipeline_rounds=3, curve_steps=3,
-                 peak_square=2048, settle_s=90),
+                 eval_rounds=2, peak_square=2048, settle_s=90),
     "quick": dict(arch="dm_nfnet_nano", train_batch=2, train_size=64, eval_batch=2, eval_size=64, warmup=2, steps=1,
                   num_images=16, pipeline_batch=8, pipeline_epochs=1, pipeline_rounds=2, curve_steps=1,
-                  peak_square=512, settle_s=0),
+                  eval_rounds=1, peak_square=512, settle_s=0),
 }
 WORKERS = ("flops", "peak_ours", "peak_timm", "train_ours", "train_timm", "train_timm_cl", "train_timm_compile",
            "eval_ours", "mindir_ours", "onnx_ours", "lite_ours", "eval_timm", "eval_timm_cl", "eval_timm_compile", "onnx_timm",
@@ -553,6 +555,22 @@ def run_pipelines(names, opt, workdir, deadline):
     return {name: merge_rounds(rounds) for name, rounds in records.items()}
 
 
+EVAL_NETWORKS = ("eval_ours", "eval_timm", "eval_timm_cl", "eval_timm_compile")
+
+
+def run_evals(names, opt, workdir, deadline):
+    """The eval-network workers in --eval-rounds interleaved rounds (the order reversed in odd rounds),
+    merged: one slow process no longer decides the eval rows (a bench run measured our network at
+    5.09 img/s, six later single runs of the same code 6.2-7.1)."""
+    evals = [name for name in EVAL_NETWORKS if name in names]
+    records = {name: [] for name in evals}
+    for index in range(opt.eval_rounds):
+        for name in evals if index % 2 == 0 else evals[::-1]:
+            key = name if opt.eval_rounds == 1 else f"{name}_round{index + 1}"
+            records[name].append(run_within_budget(name, opt, workdir, worker_timeout(name, opt), deadline, key=key))
+    return {name: merge_eval_rounds(rounds, opt.eval_batch, opt.warmup) for name, rounds in records.items()}
+
+
 def run_curves(opt, workdir, deadline, workers):
     """{scaling.point_key: record} of every curve point; the main train rows stand for their own point."""
     records = {}
@@ -603,6 +621,9 @@ def drive(opt):
             if name.startswith("pipeline"):
                 if name not in workers:
                     workers.update(run_pipelines(names, opt, workdir, deadline))
+            elif name in EVAL_NETWORKS:
+                if name not in workers:
+                    workers.update(run_evals(names, opt, workdir, deadline))
             elif name == "curves":
                 curve_records = run_curves(opt, workdir, deadline, workers)
             elif name == "lite_ours" and lite_python() is None:
@@ -664,6 +685,8 @@ def parse_args(argv=None):
     parser.add_argument("--workers", type=int, default=2, help="input-pipeline worker processes")
     parser.add_argument("--pipeline-rounds", type=int,
                         help="interleaved rounds of the two pipeline workers (default 3; --quick 2)")
+    parser.add_argument("--eval-rounds", type=int,
+                        help="interleaved rounds of the eval-network workers (default 2; --quick 1)")
     parser.add_argument("--curve-steps", type=int, help="timed steps per curve point (default 3; --quick 1)")
     parser.add_argument("--timeout-scale", type=float, default=1.0, help="multiplies every worker's timeout")
     parser.add_argument("--settle-s", type=float,
@@ -689,7 +712,7 @@ def parse_args(argv=None):
             setattr(opt, key, value)
     opt.train_batch = opt.batch or opt.train_batch
     opt.train_size = opt.size or opt.train_size
-    for key in ("steps", "pipeline_rounds", "curve_steps"):
+    for key in ("steps", "pipeline_rounds", "eval_rounds", "curve_steps"):
         if getattr(opt, key) < 1:
             parser.error(f"--{key.replace('_', '-')} must be >= 1")
     try:

@@ -182,18 +182,44 @@ def memory_available_gb():
 
 
 
+def _merged_record(records):
+    """The record of a worker run in several rounds, without its result: ok when every round is."""
+    failed = [record for record in records if not record["ok"]]
+    return {"ok": bool(records) and not failed, "error": failed[0]["error"] if failed else None,
+            "duration_s": round(sum(record["duration_s"] for record in records), 1), "result": None,
+            "rounds": records}
+
+
 def merge_rounds(records):
     """One record for a worker run in several rounds (the pipelines): ok when every round is.
 
     Its result: img_s, the median over every timed epoch of every round; rounds_img_s, each
     round's own median; epochs_img_s, every timed epoch; the rounds' records under "rounds".
     """
-    failed = [record for record in records if not record["ok"]]
-    merged = {"ok": bool(records) and not failed, "error": failed[0]["error"] if failed else None,
-              "duration_s": round(sum(record["duration_s"] for record in records), 1), "result": None,
-              "rounds": records}
+    merged = _merged_record(records)
     if merged["ok"]:
         epochs = [rate for record in records for rate in record["result"]["epochs_img_s"]]
         merged["result"] = {"img_s": statistics.median(epochs), "epochs_img_s": epochs,
                             "rounds_img_s": [record["result"]["img_s"] for record in records]}
+    return merged
+
+
+def merge_eval_rounds(records, batch, warmup):
+    """One record for an eval-network worker run in several rounds, as merge_rounds does for the pipelines.
+
+    Its result: img_s (batch `batch`) and b1_ms, the medians over every round's timed calls (each round's
+    first `warmup` calls left out); rounds_img_s and rounds_b1_ms, each round's own; b{batch}_steps_s and
+    b1_steps_s, every timed call; peak_rss_mb, the largest round's. One round's record is returned as it is.
+    """
+    if len(records) == 1:
+        return records[0]
+    merged = _merged_record(records)
+    if merged["ok"]:
+        results = [record["result"] for record in records]
+        steps = {n: [t for r in results for t in r[f"b{n}_steps_s"][warmup:]] for n in (batch, 1)}
+        merged["result"] = {"img_s": batch / statistics.median(steps[batch]),
+                            "b1_ms": statistics.median(steps[1]) * 1000,
+                            f"b{batch}_steps_s": steps[batch], "b1_steps_s": steps[1],
+                            "rounds_img_s": [r["img_s"] for r in results], "rounds_b1_ms": [r["b1_ms"] for r in results],
+                            "peak_rss_mb": max(r["peak_rss_mb"] for r in results)}
     return merged

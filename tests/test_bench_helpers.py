@@ -7,7 +7,7 @@ import pytest
 
 from benchmarks import flops, matmul_peak, scaling
 from benchmarks.report import efficiency, format_efficiency, format_rounds
-from benchmarks.runner import merge_rounds, wait_until_quiet
+from benchmarks.runner import merge_eval_rounds, merge_rounds, wait_until_quiet
 
 
 def test_layer_macs_of_a_conv_a_grouped_conv_and_a_linear_layer():
@@ -119,6 +119,23 @@ def test_pipeline_rounds_merge_into_the_median_of_every_epoch_with_the_spread():
                            {"ok": False, "error": "timed out after 45 s", "duration_s": 45.0, "result": None}])
     assert not failed["ok"] and failed["error"] == "timed out after 45 s" and failed["result"] is None
     assert format_rounds({"pipeline_ours": failed, "pipeline_timm": timm}) == ""
+
+
+def test_eval_rounds_merge_into_the_median_of_every_timed_call_without_each_rounds_warm_up():
+    first = _ok({"img_s": 8.0, "b1_ms": 100.0, "peak_rss_mb": 900.0,
+                 "b8_steps_s": [9.0, 9.0, 1.0, 1.0, 1.0], "b1_steps_s": [5.0, 5.0, 0.1, 0.1, 0.1]})
+    slow = _ok({"img_s": 4.0, "b1_ms": 300.0, "peak_rss_mb": 950.0,
+                "b8_steps_s": [9.0, 9.0, 2.0, 2.0, 2.0], "b1_steps_s": [5.0, 5.0, 0.3, 0.3, 0.3]})
+    merged = merge_eval_rounds([first, slow, first], batch=8, warmup=2)
+    assert merged["ok"] and len(merged["rounds"]) == 3 and merged["duration_s"] == 3.0
+    result = merged["result"]
+    assert result["img_s"] == 8.0 and result["b1_ms"] == 100.0  # the slow round is one in three
+    assert result["rounds_img_s"] == [8.0, 4.0, 8.0] and result["rounds_b1_ms"] == [100.0, 300.0, 100.0]
+    assert len(result["b8_steps_s"]) == 9 and 9.0 not in result["b8_steps_s"] and result["peak_rss_mb"] == 950.0
+    assert merge_eval_rounds([first], batch=8, warmup=2) is first
+    failed = merge_eval_rounds([first, {"ok": False, "error": "timed out after 240 s", "duration_s": 240.0,
+                                        "result": None}], batch=8, warmup=2)
+    assert not failed["ok"] and failed["error"] == "timed out after 240 s" and failed["result"] is None
 
 
 def test_curve_points_stop_at_128_px_and_share_the_main_train_point():
