@@ -131,11 +131,15 @@ def test_the_blocks_inference_chain_computes_the_separate_cells_floats(gelu_form
     chained, plain = _chained_and_plain(gelu_form)
     blocks = [cell for _, cell in chained.cells_and_names() if hasattr(cell, "chain_parts")]
     assert blocks and all(isinstance(b.inference_chain, cpu_kernels.FusedConvGeluChain) for b in blocks)
+    calls = []  # in PyNative, a hook on each block's chain counts its calls (Graph mode compiles the same path)
+    for block in blocks if mode == "pynative" else []:
+        block.inference_chain.register_forward_hook(lambda cell, _inputs, _out: calls.append(cell))
     for batch in (3, 1):  # a new input shape is a new chain
         x = ms.Tensor(np.random.default_rng(batch).standard_normal((batch, 3, 64, 64)).astype(np.float32))
         want = plain(x).asnumpy()
         np.testing.assert_array_equal(chained(x).asnumpy(), want)
         assert np.abs(want).max() > 0.1  # the random weights' branches reach the logits
+    assert len(calls) == (2 * len(blocks) if mode == "pynative" else 0)
     chained.set_train(True)
     assert chained(x).shape == want.shape  # the training form (separate cells) runs beside it
 

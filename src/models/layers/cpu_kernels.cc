@@ -1120,7 +1120,7 @@ DnnlChain *dnnl_chain(const int64_t *x, int count, int64_t **w, int64_t **geo) {
 }  // namespace
 
 // conv -> gamma GELU -> conv -> ... -> conv at inference, SAME-padded NCHW convolutions with bias
-// (an NF block's main path, DeepMind's stem), in one call. params: x (n, c, h, w), then per
+// (an NF block's main path), in one call. params: x (n, c, h, w), then per
 // convolution its weight (out, c / groups, kh, kw), bias (out,) and geometry (kh, kw, stride,
 // groups; only its shape is read), then consts (2,) = [gamma, form (0 exact, 1 tanh)], y.
 extern "C" int DnnlConvGeluChain(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *,
