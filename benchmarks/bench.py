@@ -544,31 +544,21 @@ def worker_timeout(name, opt):
     return (QUICK_TIMEOUT if opt.quick else TIMEOUTS[name]) * opt.timeout_scale
 
 
-def run_pipelines(names, opt, workdir, deadline):
-    """The pipeline workers in --pipeline-rounds interleaved rounds (ours first in even rounds), merged."""
-    pipelines = [name for name in ("pipeline_ours", "pipeline_timm") if name in names]
-    records = {name: [] for name in pipelines}
-    for index in range(opt.pipeline_rounds):
-        for name in pipelines if index % 2 == 0 else pipelines[::-1]:
-            records[name].append(run_within_budget(name, opt, workdir, worker_timeout(name, opt), deadline,
-                                                   key=f"{name}_round{index + 1}"))
-    return {name: merge_rounds(rounds) for name, rounds in records.items()}
-
-
+PIPELINES = ("pipeline_ours", "pipeline_timm")
 EVAL_NETWORKS = ("eval_ours", "eval_timm", "eval_timm_cl", "eval_timm_compile")
 
 
-def run_evals(names, opt, workdir, deadline):
-    """The eval-network workers in --eval-rounds interleaved rounds (the order reversed in odd rounds),
-    merged: one slow process no longer decides the eval rows (a bench run measured our network at
-    5.09 img/s, six later single runs of the same code 6.2-7.1)."""
-    evals = [name for name in EVAL_NETWORKS if name in names]
-    records = {name: [] for name in evals}
-    for index in range(opt.eval_rounds):
-        for name in evals if index % 2 == 0 else evals[::-1]:
-            key = name if opt.eval_rounds == 1 else f"{name}_round{index + 1}"
+def run_rounds(group, rounds, merge, names, opt, workdir, deadline):
+    """The workers of `group` that `names` selects, in `rounds` interleaved rounds (the order reversed in
+    odd rounds, so that a load change hits every worker), each merged by `merge(records)`. One round keeps
+    the worker's own name."""
+    members = [name for name in group if name in names]
+    records = {name: [] for name in members}
+    for index in range(rounds):
+        for name in members if index % 2 == 0 else members[::-1]:
+            key = name if rounds == 1 else f"{name}_round{index + 1}"
             records[name].append(run_within_budget(name, opt, workdir, worker_timeout(name, opt), deadline, key=key))
-    return {name: merge_eval_rounds(rounds, opt.eval_batch, opt.warmup) for name, rounds in records.items()}
+    return {name: merge(rounds_of_name) for name, rounds_of_name in records.items()}
 
 
 def run_curves(opt, workdir, deadline, workers):
@@ -618,12 +608,16 @@ def drive(opt):
             mean_bytes = write_jpegs(opt.data_dir, opt.num_images)
             print(f"{opt.num_images} JPEGs written (mean {mean_bytes / 1024:.0f} KB)", flush=True)
         for name in names:
-            if name.startswith("pipeline"):
+            if name in PIPELINES:
                 if name not in workers:
-                    workers.update(run_pipelines(names, opt, workdir, deadline))
+                    workers.update(run_rounds(PIPELINES, opt.pipeline_rounds, merge_rounds, names, opt, workdir,
+                                              deadline))
             elif name in EVAL_NETWORKS:
+                # one slow process decided the eval rows before (5.09 img/s; six later single runs 6.2-7.1)
                 if name not in workers:
-                    workers.update(run_evals(names, opt, workdir, deadline))
+                    workers.update(run_rounds(EVAL_NETWORKS, opt.eval_rounds,
+                                              lambda records: merge_eval_rounds(records, opt.eval_batch, opt.warmup),
+                                              names, opt, workdir, deadline))
             elif name == "curves":
                 curve_records = run_curves(opt, workdir, deadline, workers)
             elif name == "lite_ours" and lite_python() is None:
