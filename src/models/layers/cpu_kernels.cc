@@ -908,10 +908,11 @@ bool dnnl_weights(dnnl_engine_t engine, const_dnnl_memory_desc_t user_md, const_
 }
 
 // The scratchpad memory primitive `pd` asks for (nullptr if none; its handle is set per call to the
-// context's shared scratch buffer); `*bytes` grows to the largest. With oneDNN's default
-// (library-managed) scratchpad, MindSpore's libdnnl allocates it at every execution: the fresh
-// pages' faults measured up to 2x the time of F0's small backward convolutions (stage 4, 6x6),
-// which is why PyTorch (ideep) runs its convolutions with user scratchpads too.
+// context's shared scratch buffer); `*bytes` grows to the largest. The convolutions run with
+// user-managed scratchpads, as PyTorch's (ideep's) do: one buffer, allocated once, instead of
+// whatever the library does per execution. One F0 train step on AVX2 (oneDNN's log): F0's 6x6
+// backward convolutions took 3.3-7.1 ms per call with the library's scratchpads, 3.4-5.7 with
+// these; the whole step's convolution time did not move beyond the run-to-run noise.
 bool dnnl_scratchpad(dnnl_engine_t engine, const dnnl_primitive_desc_t pd, size_t *bytes, dnnl_memory_t *memory) {
   const_dnnl_memory_desc_t md = dnnl_primitive_desc_query_md(pd, kQueryScratchpadMd, 0);
   const size_t size = md == nullptr ? 0 : dnnl_memory_desc_get_size(md);
