@@ -44,7 +44,7 @@ The two pipeline workers run --pipeline-rounds times, taking turns (ours first i
 each a fresh process; a row's img/s is the median over all its timed epochs, and the spread of
 the rounds is printed, so a load change on a shared machine hits both. The eval-network workers
 (ours, timm eager, channels_last, torch.compile) run --eval-rounds times the same way, their rows
-the medians over every round's timed calls.
+the medians over every round's timed calls, and so do the four train workers (--train-rounds).
 
 Each measurement runs in its own subprocess (``bench.py --worker NAME --json-out FILE``), one
 after another, with a timeout; a worker that fails, times out or grows past --max-rss-gb (its
@@ -74,7 +74,7 @@ from benchmarks.lite_cpu import LITE_MISSING, lite_cache, lite_python  # noqa: E
 from benchmarks.report import (collect_metrics, efficiency, format_efficiency, format_rounds,  # noqa: E402
                                format_table, plot_ratios)
 from benchmarks.runner import (ISA_LIMITS, available_cores, machine_info, memory_available_gb,  # noqa: E402
-                               merge_eval_rounds, merge_rounds, run_worker, wait_until_quiet)
+                               merge_eval_rounds, merge_rounds, merge_train_rounds, run_worker, wait_until_quiet)
 
 F0_CONFIG = os.path.join(ROOT, "src", "configs", "dm_nfnet_f0.yaml")
 
@@ -82,10 +82,10 @@ F0_CONFIG = os.path.join(ROOT, "src", "configs", "dm_nfnet_f0.yaml")
 SIZES = {
     "full": dict(arch="dm_nfnet_f0", train_batch=8, train_size=192, eval_batch=8, eval_size=256, warmup=2, steps=5,
                  num_images=256, pipeline_batch=32, pipeline_epochs=3, pipeline_rounds=3, curve_steps=3,
-                 eval_rounds=2, peak_square=2048, settle_s=90),
+                 eval_rounds=2, train_rounds=2, peak_square=2048, settle_s=90),
     "quick": dict(arch="dm_nfnet_nano", train_batch=2, train_size=64, eval_batch=2, eval_size=64, warmup=2, steps=1,
                   num_images=16, pipeline_batch=8, pipeline_epochs=1, pipeline_rounds=2, curve_steps=1,
-                  eval_rounds=1, peak_square=512, settle_s=0),
+                  eval_rounds=1, train_rounds=1, peak_square=512, settle_s=0),
 }
 WORKERS = ("flops", "peak_ours", "peak_timm", "train_ours", "train_timm", "train_timm_cl", "train_timm_compile",
            "eval_ours", "mindir_ours", "onnx_ours", "lite_ours", "eval_timm", "eval_timm_cl", "eval_timm_compile", "onnx_timm",
@@ -546,6 +546,7 @@ def worker_timeout(name, opt):
 
 PIPELINES = ("pipeline_ours", "pipeline_timm")
 EVAL_NETWORKS = ("eval_ours", "eval_timm", "eval_timm_cl", "eval_timm_compile")
+TRAINS = ("train_ours", "train_timm", "train_timm_cl", "train_timm_compile")
 
 
 def run_rounds(group, rounds, merge, names, opt, workdir, deadline):
@@ -612,6 +613,12 @@ def drive(opt):
                 if name not in workers:
                     workers.update(run_rounds(PIPELINES, opt.pipeline_rounds, merge_rounds, names, opt, workdir,
                                               deadline))
+            elif name in TRAINS:
+                # two AVX2 runs of the same kernels measured train 2.76 and 2.34 img/s, torch.compile 2.11 and 3.03
+                if name not in workers:
+                    workers.update(run_rounds(TRAINS, opt.train_rounds,
+                                              lambda records: merge_train_rounds(records, opt.train_batch, opt.warmup),
+                                              names, opt, workdir, deadline))
             elif name in EVAL_NETWORKS:
                 # one slow process decided the eval rows before (5.09 img/s; six later single runs 6.2-7.1)
                 if name not in workers:
@@ -681,6 +688,8 @@ def parse_args(argv=None):
                         help="interleaved rounds of the two pipeline workers (default 3; --quick 2)")
     parser.add_argument("--eval-rounds", type=int,
                         help="interleaved rounds of the eval-network workers (default 2; --quick 1)")
+    parser.add_argument("--train-rounds", type=int,
+                        help="interleaved rounds of the four train workers (default 2; --quick 1)")
     parser.add_argument("--curve-steps", type=int, help="timed steps per curve point (default 3; --quick 1)")
     parser.add_argument("--timeout-scale", type=float, default=1.0, help="multiplies every worker's timeout")
     parser.add_argument("--settle-s", type=float,
@@ -706,7 +715,7 @@ def parse_args(argv=None):
             setattr(opt, key, value)
     opt.train_batch = opt.batch or opt.train_batch
     opt.train_size = opt.size or opt.train_size
-    for key in ("steps", "pipeline_rounds", "eval_rounds", "curve_steps"):
+    for key in ("steps", "pipeline_rounds", "eval_rounds", "train_rounds", "curve_steps"):
         if getattr(opt, key) < 1:
             parser.error(f"--{key.replace('_', '-')} must be >= 1")
     try:

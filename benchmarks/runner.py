@@ -204,6 +204,29 @@ def merge_rounds(records):
     return merged
 
 
+def merge_train_rounds(records, batch, warmup):
+    """One record for a train worker run in several rounds, as merge_eval_rounds does for the eval rows.
+
+    Its result: step_s and img_s, from the median over every round's timed steps (each round's first
+    `warmup` steps left out); compile_s and first_step_s, the rounds' medians (every round compiles);
+    rounds_img_s, each round's own; steps_s, every step; peak_rss_mb, the largest round's; the first
+    round's other fields (losses, form, ...). One round's record is returned as it is.
+    """
+    if len(records) == 1:
+        return records[0]
+    merged = _merged_record(records)
+    if merged["ok"]:
+        results = [record["result"] for record in records]
+        step_s = statistics.median([t for r in results for t in r["steps_s"][warmup:]])
+        merged["result"] = {**results[0], "step_s": step_s, "img_s": batch / step_s,
+                            "first_step_s": statistics.median(r["first_step_s"] for r in results),
+                            "compile_s": statistics.median(r["compile_s"] for r in results),
+                            "steps_s": [t for r in results for t in r["steps_s"]],
+                            "rounds_img_s": [r["img_s"] for r in results],
+                            "peak_rss_mb": max(r["peak_rss_mb"] for r in results)}
+    return merged
+
+
 def merge_eval_rounds(records, batch, warmup):
     """One record for an eval-network worker run in several rounds, as merge_rounds does for the pipelines.
 

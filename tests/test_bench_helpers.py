@@ -7,7 +7,7 @@ import pytest
 
 from benchmarks import flops, matmul_peak, scaling
 from benchmarks.report import efficiency, format_efficiency, format_rounds
-from benchmarks.runner import merge_eval_rounds, merge_rounds, wait_until_quiet
+from benchmarks.runner import merge_eval_rounds, merge_rounds, merge_train_rounds, wait_until_quiet
 
 
 def test_layer_macs_of_a_conv_a_grouped_conv_and_a_linear_layer():
@@ -136,6 +136,26 @@ def test_eval_rounds_merge_into_the_median_of_every_timed_call_without_each_roun
     failed = merge_eval_rounds([first, {"ok": False, "error": "timed out after 240 s", "duration_s": 240.0,
                                         "result": None}], batch=8, warmup=2)
     assert not failed["ok"] and failed["error"] == "timed out after 240 s" and failed["result"] is None
+
+
+def test_train_rounds_merge_into_the_median_of_every_timed_step_and_each_rounds_compile():
+    def train(steps, rss):
+        return _ok({"img_s": 8 / steps[3], "step_s": steps[3], "first_step_s": steps[0],
+                    "compile_s": steps[0] - steps[3], "steps_s": steps, "peak_rss_mb": rss, "losses": [6.9],
+                    "form": "eager"})
+
+    first, slow = train([12.0, 3.0, 2.0, 2.0, 2.0], 2600.0), train([20.0, 5.0, 4.0, 4.0, 4.0], 2700.0)
+    merged = merge_train_rounds([first, slow, first], batch=8, warmup=2)
+    assert merged["ok"] and len(merged["rounds"]) == 3 and merged["duration_s"] == 3.0
+    result = merged["result"]
+    assert result["step_s"] == 2.0 and result["img_s"] == 4.0  # the slow round is one in three
+    assert result["compile_s"] == 10.0 and result["first_step_s"] == 12.0 and result["peak_rss_mb"] == 2700.0
+    assert result["rounds_img_s"] == [4.0, 2.0, 4.0] and len(result["steps_s"]) == 15
+    assert result["losses"] == [6.9] and result["form"] == "eager"
+    assert merge_train_rounds([first], batch=8, warmup=2) is first
+    failed = merge_train_rounds([first, {"ok": False, "error": "timed out after 300 s", "duration_s": 300.0,
+                                         "result": None}], batch=8, warmup=2)
+    assert not failed["ok"] and failed["result"] is None
 
 
 def test_curve_points_stop_at_128_px_and_share_the_main_train_point():
