@@ -1,5 +1,6 @@
 """The fused CPU kernels' library: cache key, concurrent builds, NFNET_CPU_KERNELS=0 (README, Performance)."""
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -85,3 +86,39 @@ def test_nfnet_cpu_kernels_0_builds_nothing_and_uses_the_operator_forms(tmp_path
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().splitlines()[-1] == "False []"
     assert not (tmp_path / "cache").exists()
+
+
+def _vectorized_lines(march):
+    """Line numbers GCC reports "loop vectorized" at, compiling cpu_kernels.cc for `march`."""
+    flags = [f if f != "-march=native" else f"-march={march}" for f in cpu_kernels.CXX_FLAGS]
+    proc = subprocess.run(["g++", *flags, "-fopt-info-vec-optimized", "-o", os.devnull, cpu_kernels.SOURCE,
+                           *cpu_kernels.dnnl_link_flags()], capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    prefix = cpu_kernels.SOURCE + ":"
+    return {int(line[len(prefix):].split(":")[0]) for line in proc.stderr.splitlines()
+            if line.startswith(prefix) and "loop vectorized" in line}
+
+
+@pytest.mark.skipif(sys.platform != "linux" or os.uname().machine != "x86_64", reason="x86 ISA levels")
+@pytest.mark.parametrize("march", ["x86-64-v3", "x86-64-v4"])
+def test_every_simd_loop_vectorizes_with_avx2_and_avx512(march):
+    """Each `omp simd` loop and each parallel_simd element compiles to vector code for the fleet's two ISA
+    levels (AVX2: x86-64-v3, AVX-512: x86-64-v4). GCC keeps a loop scalar silently when it cannot vectorize
+    it: with AVX2 the GELU kernels did (4-6x slower, 14 % of an F0 train step's CPU time) and SGD-AGC's
+    norms, while the AVX-512 build vectorized them. A check of the compiler's report, not of any timing."""
+    if not shutil.which("g++"):
+        pytest.skip("no g++")
+    with open(cpu_kernels.SOURCE) as f:
+        lines = f.read().splitlines()
+    vectorized = _vectorized_lines(march)
+    wanted = []
+    for number, text in enumerate(lines, start=1):
+        # GCC reports a loop at its pragma, its `for` or its first statement; parallel_simd's own loop is
+        # reported at the calls, at the element's first statement
+        if text.strip().startswith("#pragma omp simd") and "local(i)" not in lines[number]:
+            wanted.append((number, number + 3))
+        elif "parallel_simd(" in text and "void parallel_simd" not in text:
+            wanted.append((number, number + 3))
+    missing = [lines[lo - 1].strip() for lo, hi in wanted if not vectorized & set(range(lo, hi + 1))]
+    assert len(wanted) >= 10
+    assert not missing, f"scalar with -march={march}: {missing}"
