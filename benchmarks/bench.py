@@ -614,7 +614,8 @@ def drive(opt):
                     workers.update(run_rounds(PIPELINES, opt.pipeline_rounds, merge_rounds, names, opt, workdir,
                                               deadline))
             elif name in TRAINS:
-                # two AVX2 runs of the same kernels measured train 2.76 and 2.34 img/s, torch.compile 2.11 and 3.03
+                # two AVX2 runs minutes apart (kernels differing in one reduction) measured ours 2.76 and
+                # 2.34 img/s, torch.compile 2.11 and 3.03
                 if name not in workers:
                     workers.update(run_rounds(TRAINS, opt.train_rounds,
                                               lambda records: merge_train_rounds(records, opt.train_batch, opt.warmup),

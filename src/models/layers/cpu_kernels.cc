@@ -117,10 +117,11 @@ void parallel_for(int64_t n, F body) {
 }
 
 // parallel_for of an elementwise `element(i)` (each i independent of the others, which `omp simd`
-// asserts), vectorized. Called through parallel_for's loop the GELU kernels compiled to scalar
-// code (the closure's pointers reloaded per element for fear of aliasing): 4-6x slower than
-// oneDNN's vectorized GELU in PyTorch, 14 % of an F0 train step's CPU time (perf, AVX2).
-// `element` captures by value, so the chunk's copy holds its pointers and scalars in registers.
+// asserts), vectorized without runtime alias checks. Built for AVX2, the GELU loops had compiled to
+// scalar code (GCC 12 does not turn float compares into vector selects under -ftrapping-math; see
+// CXX_FLAGS in cpu_kernels.py): 6x slower than now, 14 % of an F0 train step's CPU time (perf).
+// tests/models/test_kernel_build.py checks that every call vectorizes. `element` captures by value,
+// so the chunk's copy holds its pointers and scalars in registers.
 template <typename F>
 void parallel_simd(int64_t n, const F &element) {
   g_pool.parallel_for(n, threads(), [&element](int64_t begin, int64_t end) {
@@ -149,8 +150,8 @@ bool all_float32(int count, const char **dtypes) {
 
 // erf(x) in float32 as x * P(x^2) / Q(x^2) on [-4, 4] (erf(+-4) rounds to +-1 in float32),
 // the rational fit used by Eigen's and XLA's float erf; |error| < 5e-7 against float64 erf
-// (measured over [-6, 6]). Branch-free, so the loops below vectorize: the clamps are selects of
-// values (std::min and std::max return references, which GCC 12 does not if-convert in a loop).
+// (measured over [-6, 6]). Branch-free (with -fno-trapping-math), so the loops below vectorize;
+// the clamps pass a NaN through.
 inline float erf_f32(float x) {
   x = x < -4.0f ? -4.0f : x;
   x = x > 4.0f ? 4.0f : x;
