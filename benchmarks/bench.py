@@ -129,6 +129,18 @@ def summarize(times, warmup, batch):
             "compile_s": times[0] - median, "steps_s": times}
 
 
+def finite_losses(losses):
+    """``losses``; ValueError if one is not finite. A step whose loss is NaN or infinite does not compute
+    the training step the row is about (the avx2 `torch.compile` row once timed such steps, issue 29),
+    so the worker fails with this reason and the report leaves the route out."""
+    import math
+
+    bad = next((i for i, loss in enumerate(losses) if not math.isfinite(loss)), None)
+    if bad is not None:
+        raise ValueError(f"loss of step {bad + 1} is {losses[bad]!r}: not a valid training step, not timed")
+    return losses
+
+
 def random_batch(batch, size, num_classes, smoothing=0.1, seed=0):
     """(images NCHW float32, soft targets): each target mixes two smoothed one-hots, as Mixup does."""
     import numpy as np
@@ -209,8 +221,8 @@ def train_ours(opt):
     images, targets = ms.Tensor(images), ms.Tensor(targets)
     losses = []
     times = timed_calls(lambda: losses.append(float(train_cell(images, targets).asnumpy())), opt.warmup, opt.steps)
-    return {**summarize(times, opt.warmup, opt.train_batch), "losses": losses, "peak_rss_mb": peak_rss_mb(),
-            "optimizer": cfg.optimizer, "ema": cfg.ema, "trainer": cfg.trainer}
+    return {**summarize(times, opt.warmup, opt.train_batch), "losses": finite_losses(losses),
+            "peak_rss_mb": peak_rss_mb(), "optimizer": cfg.optimizer, "ema": cfg.ema, "trainer": cfg.trainer}
 
 
 def _train_timm(opt, form):
@@ -248,8 +260,8 @@ def _train_timm(opt, form):
         losses.append(loss.item())
 
     times = timed_calls(step, opt.warmup, opt.steps)
-    return {**summarize(times, opt.warmup, opt.train_batch), "losses": losses, "peak_rss_mb": peak_rss_mb(),
-            "form": form}
+    return {**summarize(times, opt.warmup, opt.train_batch), "losses": finite_losses(losses),
+            "peak_rss_mb": peak_rss_mb(), "form": form}
 
 
 def train_timm(opt):
@@ -412,20 +424,24 @@ def _eval_timm(opt, form):
     """timm's eval-mode network in PyTorch ``form`` (peers.TORCH_FORMS) under torch.no_grad."""
     import torch
 
-    from benchmarks.peers import torch_form
+    from benchmarks.peers import check_form_logits, torch_form
 
     torch_setup(opt.threads)
     cfg = load_f0_config(opt.arch)
-    forward, convert = torch_form(timm_model(opt.arch, cfg).eval(), form)
+    model = timm_model(opt.arch, cfg).eval()
+    forward, convert = torch_form(model, form)
 
     def run(x, _):
         with torch.no_grad():
-            forward(x)
+            return forward(x)
 
     def make_input(batch):
         return convert(torch.from_numpy(random_batch(batch, opt.eval_size, cfg.num_classes)[0]))
 
-    return {**_eval_timings(run, opt.eval_batch, opt, make_input), "peak_rss_mb": peak_rss_mb(), "form": form}
+    timings = _eval_timings(run, opt.eval_batch, opt, make_input)
+    with torch.no_grad():
+        check_form_logits(run(make_input(1), 1), model(make_input(1)), form)
+    return {**timings, "peak_rss_mb": peak_rss_mb(), "form": form}
 
 
 def eval_timm(opt):

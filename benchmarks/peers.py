@@ -26,6 +26,19 @@ def torch_form(model, form):
     raise ValueError(f"unknown PyTorch form {form!r}; choose from {', '.join(TORCH_FORMS)}")
 
 
+def check_form_logits(logits, eager_logits, form, rtol=1e-4):
+    """ValueError unless ``form``'s logits are eager timm's within ``rtol`` · max |eager logit|: a form that
+    computes another function is not a peer to time (issue 29: a `torch.compile` cache from another ISA
+    limit gave NaN). Measured here: the forms differ from eager by up to 2e-6 of the largest logit."""
+    import torch
+
+    scale = float(eager_logits.abs().max())
+    error = float((logits - eager_logits).abs().max()) if torch.isfinite(logits).all() else float("inf")
+    if not error <= rtol * scale:
+        raise ValueError(f"timm {form} gives other logits than timm eager (max difference {error:.3g}, largest "
+                         f"logit {scale:.3g}): not the same network, not timed")
+
+
 def export_timm_onnx(model, path, size):
     """timm's eval-mode ``model`` as ONNX with a free batch axis (the TorchScript exporter, opset 17)."""
     import torch

@@ -2,12 +2,15 @@
 the cost curves, on small inputs (the bench itself: tests/test_bench.py)."""
 import json
 import math
+import os
 
 import pytest
 
 from benchmarks import flops, matmul_peak, scaling
 from benchmarks.report import efficiency, format_efficiency, format_rounds
-from benchmarks.runner import merge_eval_rounds, merge_rounds, merge_train_rounds, wait_until_quiet
+from benchmarks.bench import finite_losses
+from benchmarks.peers import check_form_logits
+from benchmarks.runner import inductor_cache_dir, merge_eval_rounds, merge_rounds, merge_train_rounds, wait_until_quiet
 
 
 def test_layer_macs_of_a_conv_a_grouped_conv_and_a_linear_layer():
@@ -226,3 +229,30 @@ def test_the_bench_waits_for_the_load_left_by_the_install_to_decay_and_gives_up_
     assert wait_until_quiet(0.5, 90, loadavg=lambda: (3.0,), sleep=sleep) == 90  # another job: flagged, not waited out
     assert wait_until_quiet(0.5, 90, loadavg=lambda: (0.2,), sleep=sleep) == 0
     assert wait_until_quiet(0.5, 0, loadavg=lambda: (3.0,), sleep=sleep) == 0  # --quick
+
+
+def test_a_training_step_with_a_nan_or_infinite_loss_fails_its_worker():
+    assert finite_losses([6.9, 6.8]) == [6.9, 6.8]
+    with pytest.raises(ValueError, match="loss of step 2 is nan: not a valid training step"):
+        finite_losses([6.9, float("nan"), 6.8])
+    with pytest.raises(ValueError, match="loss of step 1 is inf"):
+        finite_losses([float("inf")])
+
+
+def test_a_pytorch_form_must_give_eager_timms_logits_to_be_timed():
+    import torch
+
+    eager = torch.tensor([[0.05, -0.08, 0.01]])
+    check_form_logits(eager + 1e-7, eager, "compile")  # the reassociation the forms show: 2e-6 of the largest
+    for wrong in (eager + 0.01, torch.full_like(eager, float("nan"))):
+        with pytest.raises(ValueError, match="timm compile gives other logits than timm eager"):
+            check_form_logits(wrong, eager, "compile")
+
+
+def test_each_isa_limit_has_a_torch_compile_cache_of_its_own(monkeypatch, tmp_path):
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    native, avx2 = inductor_cache_dir("native"), inductor_cache_dir("avx2")
+    assert native != avx2 and os.path.dirname(native) == os.path.dirname(avx2)
+    assert os.path.basename(os.path.dirname(native)).startswith("torchinductor_")  # in Inductor's default folder
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    assert inductor_cache_dir("avx2") == str(tmp_path / "bench_avx2")
