@@ -74,7 +74,7 @@ def fold_weight_standardization(network, conv_impl=None):
     if count == 0:
         raise ValueError(f"{type(network).__name__} has no ScaledStdConv2d to fold")
     for _, cell in folded.cells_and_names():
-        if getattr(cell, "inference_chain", None) is not None:
-            cell.inference_chain = None  # a fused CPU kernel of the unfolded convolutions (layers/fast_forms.py)
+        if getattr(cell, "fused_chain", None) is not None:
+            cell.fused_chain = None  # a fused CPU kernel of the unfolded convolutions (layers/fast_forms.py)
     folded.set_train(False)
     return folded

@@ -124,9 +124,9 @@ class NormFreeBlock(nn.Cell):
         self.attn_last = SqueezeExcite(out_chs, make_divisible(out_chs * cfg.se_ratio, 8))
         self.drop_path = DropPath(drop_path_rate, scale_by_keep=drop_path_mode == "timm")
         self.skipinit_gain = Parameter(Tensor(0.0), name="skipinit_gain")
-        # conv1 ... conv3 with their activations as one inference kernel, where a backend has one
-        # (layers/fast_forms.py); used only when not training
-        self.inference_chain = None
+        # conv1 ... conv3 with their activations as one kernel (forward and backward), where a backend
+        # has one (layers/fast_forms.py)
+        self.fused_chain = None
 
     def chain_parts(self):
         """The main path's convolutions and the activations between them, in order."""
@@ -137,11 +137,11 @@ class NormFreeBlock(nn.Cell):
         shortcut = x
         if self.downsample is not None:
             shortcut = self.downsample(out)
-        if self.inference_chain is not None and not self.training:
-            out = self.inference_chain(out, self.conv1.standardized_weight(), self.conv1.bias,
-                                       self.conv2.standardized_weight(), self.conv2.bias,
-                                       self.conv2b.standardized_weight(), self.conv2b.bias,
-                                       self.conv3.standardized_weight(), self.conv3.bias)
+        if self.fused_chain is not None:
+            out = self.fused_chain(out, self.conv1.standardized_weight(), self.conv1.bias,
+                                   self.conv2.standardized_weight(), self.conv2.bias,
+                                   self.conv2b.standardized_weight(), self.conv2b.bias,
+                                   self.conv3.standardized_weight(), self.conv3.bias)
         else:
             out = self.conv1(out)
             out = self.conv2(self.act2(out))

@@ -212,6 +212,19 @@ inline float scaled_tanh_gelu(float v, float half_gamma) {
   return half_gamma * v * (1.0f + tanh_f32(kSqrt2OverPi * (v + kTanhCubic * v * v * v)));
 }
 
+// GELU'(v), exact and tanh forms: the backward kernels compute dx = dy * gamma * gelu_slope(x)
+// (one definition, so that the fused training chain computes the same floats).
+inline float gelu_slope(float v) {
+  const float cdf = 0.5f * (1.0f + erf_f32(v * kSqrtHalf));
+  const float pdf = kInvSqrt2Pi * exp_nonpositive_f32(-0.5f * v * v);
+  return cdf + v * pdf;
+}
+inline float tanh_gelu_slope(float v) {
+  const float t = tanh_f32(kSqrt2OverPi * (v + kTanhCubic * v * v * v));
+  const float du = kSqrt2OverPi * (1.0f + 3.0f * kTanhCubic * v * v);
+  return 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du;
+}
+
 }  // namespace
 
 extern "C" void NfnetKernelsSetThreads(int num) { g_threads = num; }
@@ -237,12 +250,7 @@ extern "C" int ScaledGeluBackward(int nparam, void **params, int *ndims, int64_t
   const float gamma = input(params, 2)[0];
   float *dx = output(params, 3);
   const int64_t n = numel(ndims[0], shapes[0]);
-  parallel_simd(n, [=](int64_t i) {
-    const float v = x[i];
-    const float cdf = 0.5f * (1.0f + erf_f32(v * kSqrtHalf));
-    const float pdf = kInvSqrt2Pi * exp_nonpositive_f32(-0.5f * v * v);
-    dx[i] = dy[i] * gamma * (cdf + v * pdf);
-  });
+  parallel_simd(n, [=](int64_t i) { dx[i] = dy[i] * gamma * gelu_slope(x[i]); });
   return 0;
 }
 
@@ -269,12 +277,7 @@ extern "C" int ScaledTanhGeluBackward(int nparam, void **params, int *ndims, int
   const float gamma = input(params, 2)[0];
   float *dx = output(params, 3);
   const int64_t n = numel(ndims[0], shapes[0]);
-  parallel_simd(n, [=](int64_t i) {
-    const float v = x[i];
-    const float t = tanh_f32(kSqrt2OverPi * (v + kTanhCubic * v * v * v));
-    const float du = kSqrt2OverPi * (1.0f + 3.0f * kTanhCubic * v * v);
-    dx[i] = dy[i] * gamma * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * du);
-  });
+  parallel_simd(n, [=](int64_t i) { dx[i] = dy[i] * gamma * tanh_gelu_slope(x[i]); });
   return 0;
 }
 
@@ -1054,6 +1057,38 @@ DnnlConv *dnnl_conv_for(const int64_t *x, const int64_t *w, int geometry_ndim, c
   return dnnl_conv(g, w[0], geometry[3]);
 }
 
+// The three passes of `conv` on memories already in its primitives' layouts (the weights' user
+// layout is MindSpore's (out, c / groups, kh, kw) at `weights`). Forward: x -> y with `bias`.
+bool dnnl_forward(DnnlContext &ctx, DnnlConv *conv, void *weights, void *bias, dnnl_memory_t x, dnnl_memory_t y) {
+  dnnl_memory_set_data_handle(conv->user_weights, weights);
+  dnnl_memory_set_data_handle(conv->bias, bias);
+  dnnl_memory_set_data_handle(conv->forward_weights, ctx.weights_buffer(0));
+  return dnnl_reorder_run(ctx, conv->to_forward_weights, conv->user_weights, conv->forward_weights) &&
+         dnnl_execute_conv(ctx, conv->forward, conv->forward_scratch,
+                           {{kArgSrc, x}, {kArgWeights, conv->forward_weights}, {kArgBias, conv->bias}, {kArgDst, y}});
+}
+
+// Backward-data: dy -> dx.
+bool dnnl_backward_data(DnnlContext &ctx, DnnlConv *conv, void *weights, dnnl_memory_t dy, dnnl_memory_t dx) {
+  dnnl_memory_set_data_handle(conv->user_weights, weights);
+  dnnl_memory_set_data_handle(conv->data_weights, ctx.weights_buffer(0));
+  return dnnl_reorder_run(ctx, conv->to_data_weights, conv->user_weights, conv->data_weights) &&
+         dnnl_execute_conv(ctx, conv->backward_data, conv->data_scratch,
+                           {{kArgDiffDst, dy}, {kArgWeights, conv->data_weights}, {kArgDiffSrc, dx}});
+}
+
+// Backward-weights: (x, dy) -> the weight gradient in the user's layout at `dweights`, the bias's at `dbias`.
+bool dnnl_backward_weights(DnnlContext &ctx, DnnlConv *conv, dnnl_memory_t x, dnnl_memory_t dy, void *dweights,
+                           void *dbias) {
+  dnnl_memory_set_data_handle(conv->user_weights, dweights);
+  dnnl_memory_set_data_handle(conv->bias, dbias);
+  dnnl_memory_set_data_handle(conv->diff_weights, ctx.weights_buffer(0));
+  return dnnl_execute_conv(ctx, conv->backward_weights, conv->weights_scratch,
+                           {{kArgSrc, x}, {kArgDiffDst, dy}, {kArgDiffWeights, conv->diff_weights},
+                            {kArgDiffBias, conv->bias}}) &&
+         dnnl_reorder_run(ctx, conv->from_diff_weights, conv->diff_weights, conv->user_weights);
+}
+
 }  // namespace
 
 // SAME-padded NCHW convolution plus bias (the forward of FusedConv2dSame). params: x (n, c, h, w),
@@ -1069,14 +1104,8 @@ extern "C" int DnnlConvForward(int nparam, void **params, int *ndims, int64_t **
   if (conv == nullptr) return 1;
   dnnl_bind(ctx, &conv->x, params[0]);
   dnnl_bind(ctx, &conv->y, params[4]);
-  dnnl_memory_set_data_handle(conv->user_weights, params[1]);
-  dnnl_memory_set_data_handle(conv->bias, params[2]);
-  dnnl_memory_set_data_handle(conv->forward_weights, ctx.weights_buffer(0));
-  const bool ok = dnnl_reorder_run(ctx, conv->to_forward_weights, conv->user_weights, conv->forward_weights) &&
-                  dnnl_load(ctx, conv->x) &&
-                  dnnl_execute_conv(ctx, conv->forward, conv->forward_scratch,
-                                    {{kArgSrc, conv->x.inner}, {kArgWeights, conv->forward_weights},
-                                     {kArgBias, conv->bias}, {kArgDst, conv->y.inner}}) &&
+  const bool ok = dnnl_load(ctx, conv->x) &&
+                  dnnl_forward(ctx, conv, params[1], params[2], conv->x.inner, conv->y.inner) &&
                   dnnl_store(ctx, conv->y) && dnnl_stream_wait(ctx.stream) == 0;
   return ok ? 0 : 1;
 }
@@ -1098,37 +1127,35 @@ extern "C" int DnnlConvBackward(int nparam, void **params, int *ndims, int64_t *
   dnnl_bind(ctx, &conv->weights_x, params[0]);
   const dnnl_memory_t weights_dy = conv->shared_dy ? conv->data_dy.inner : conv->weights_dy.inner;
   if (!conv->shared_dy) dnnl_bind(ctx, &conv->weights_dy, params[1]);
-  dnnl_memory_set_data_handle(conv->user_weights, params[2]);
-  dnnl_memory_set_data_handle(conv->data_weights, ctx.weights_buffer(0));
-  bool ok = dnnl_reorder_run(ctx, conv->to_data_weights, conv->user_weights, conv->data_weights) &&
-            dnnl_load(ctx, conv->data_dy) &&
-            dnnl_execute_conv(ctx, conv->backward_data, conv->data_scratch,
-                              {{kArgDiffDst, conv->data_dy.inner}, {kArgWeights, conv->data_weights},
-                               {kArgDiffSrc, conv->dx.inner}}) &&
-            dnnl_store(ctx, conv->dx);
-  dnnl_memory_set_data_handle(conv->user_weights, params[5]);
-  dnnl_memory_set_data_handle(conv->bias, params[6]);
-  dnnl_memory_set_data_handle(conv->diff_weights, ctx.weights_buffer(0));
-  ok = ok && dnnl_load(ctx, conv->weights_x) && (conv->shared_dy || dnnl_load(ctx, conv->weights_dy)) &&
-       dnnl_execute_conv(ctx, conv->backward_weights, conv->weights_scratch,
-                         {{kArgSrc, conv->weights_x.inner}, {kArgDiffDst, weights_dy},
-                          {kArgDiffWeights, conv->diff_weights}, {kArgDiffBias, conv->bias}}) &&
-       dnnl_reorder_run(ctx, conv->from_diff_weights, conv->diff_weights, conv->user_weights) &&
-       dnnl_stream_wait(ctx.stream) == 0;
+  const bool ok = dnnl_load(ctx, conv->data_dy) &&
+                  dnnl_backward_data(ctx, conv, params[2], conv->data_dy.inner, conv->dx.inner) &&
+                  dnnl_store(ctx, conv->dx) && dnnl_load(ctx, conv->weights_x) &&
+                  (conv->shared_dy || dnnl_load(ctx, conv->weights_dy)) &&
+                  dnnl_backward_weights(ctx, conv, conv->weights_x.inner, weights_dy, params[5], params[6]) &&
+                  dnnl_stream_wait(ctx.stream) == 0;
   return ok ? 0 : 1;
 }
 
 namespace {
 
-// A chain of convolutions with gamma * GELU between them, at inference (DnnlConvGeluChain): the
-// convolutions are dnnl_conv's (the same primitives, so the same floats as DnnlConvForward), but an
-// activation passes from one to the next in the blocked layout oneDNN chose, with the GELU applied
-// there, instead of going out to NCHW and back: per NF block 2 activation reorders instead of 8.
+// A chain of convolutions with gamma * GELU between them (an NF block's main path) in one call: at
+// inference DnnlConvGeluChain, in training DnnlConvGeluChainTrain and DnnlConvGeluChainBackward. The
+// convolutions are dnnl_conv's (the same primitives, so the same floats as DnnlConvForward and
+// DnnlConvBackward) and the GELU the GELU kernels' element, but an activation passes from one
+// convolution to the next in the blocked layout oneDNN chose, with the GELU applied there, instead of
+// going out to NCHW and back: per NF block 2 activation reorders instead of 8 forward, and 3 instead of
+// 12 backward.
 struct DnnlChain {
   std::vector<DnnlConv *> convs;
-  std::vector<dnnl_primitive_t> between;  // conv i's dst layout -> conv i+1's src layout; nullptr: the same
   std::vector<int64_t> numel;             // elements of conv i's output
-  size_t region = 0;                      // bytes of one of the three activation regions
+  std::vector<dnnl_primitive_t> between;  // conv i's dst layout -> conv i+1's src layout; nullptr: the same
+  // The backward's layout changes (nullptr: none), entry i for conv i; `saved` is the layout of the
+  // GELU's input conv i-1 wrote (its dst), where the GELU and its gradient are applied:
+  std::vector<dnnl_primitive_t> dx_to_saved;   // conv i's diff_src -> conv i-1's dst
+  std::vector<dnnl_primitive_t> saved_to_src;  // conv i-1's dst -> conv i's backward-weights src
+  std::vector<dnnl_primitive_t> saved_to_dy;   // (entry i for i < count - 1) conv i's dst -> its backward-data diff_dst
+  std::vector<dnnl_primitive_t> data_to_weights_dy;  // conv i's backward-data diff_dst -> backward-weights'
+  size_t region = 0;  // bytes of one of the activation regions: the largest of every layout above
 };
 
 const_dnnl_memory_desc_t dnnl_md(dnnl_memory_t memory) {
@@ -1136,11 +1163,21 @@ const_dnnl_memory_desc_t dnnl_md(dnnl_memory_t memory) {
   return dnnl_memory_get_memory_desc(memory, &md) == 0 ? md : nullptr;
 }
 
+// The reorder from `from`'s layout to `to`'s into `*reorder`, nullptr if they are the same; grows
+// `*bytes` to both sizes.
+bool dnnl_change(dnnl_memory_t from, dnnl_memory_t to, size_t *bytes, dnnl_primitive_t *reorder) {
+  const_dnnl_memory_desc_t a = dnnl_md(from), b = dnnl_md(to);
+  if (a == nullptr || b == nullptr) return false;
+  *bytes = std::max({*bytes, dnnl_memory_desc_get_size(a), dnnl_memory_desc_get_size(b)});
+  *reorder = nullptr;
+  return dnnl_memory_desc_equal(a, b) || dnnl_reorder(dnnl_context().engine, a, b, reorder);
+}
+
 // The chain for input shape `x` and, per convolution, weight shape `w[i]` and geometry shape
 // `geo[i]` (kh, kw, stride, groups); made on first use, nullptr if oneDNN refuses a part or an
 // intermediate activation's layout is padded (its GELU would touch the padding). Call with the
 // context's `run` held.
-DnnlChain *dnnl_chain(const int64_t *x, int count, int64_t **w, int64_t **geo) {
+DnnlChain *dnnl_chain(const int64_t *x, int count, int64_t *const *w, int64_t *const *geo) {
   static std::vector<std::pair<std::vector<int64_t>, std::unique_ptr<DnnlChain>>> chains;
   std::vector<int64_t> key(x, x + 4);
   for (int i = 0; i < count; ++i) key.insert(key.end(), {w[i][0], geo[i][0], geo[i][1], geo[i][2], geo[i][3]});
@@ -1159,22 +1196,175 @@ DnnlChain *dnnl_chain(const int64_t *x, int count, int64_t **w, int64_t **geo) {
     chain->numel.push_back(numel(4, shape));
     const_dnnl_memory_desc_t dst = dnnl_md(conv->y.inner);
     if (dst == nullptr) return nullptr;
-    chain->region = std::max({chain->region, dnnl_memory_desc_get_size(dnnl_md(conv->x.inner)),
-                              dnnl_memory_desc_get_size(dst)});
     if (i + 1 < count && dnnl_memory_desc_get_size(dst) != static_cast<size_t>(chain->numel.back()) * sizeof(float))
       return nullptr;
   }
-  DnnlContext &ctx = dnnl_context();
-  for (int i = 0; i + 1 < count; ++i) {
-    const_dnnl_memory_desc_t from = dnnl_md(chain->convs[i]->y.inner), to = dnnl_md(chain->convs[i + 1]->x.inner);
-    dnnl_primitive_t reorder = nullptr;
-    if (!dnnl_memory_desc_equal(from, to) && !dnnl_reorder(ctx.engine, from, to, &reorder)) return nullptr;
-    chain->between.push_back(reorder);
+  size_t bytes = 0;
+  for (int i = 0; i < count; ++i) {
+    DnnlConv *conv = chain->convs[i];
+    dnnl_primitive_t between = nullptr, dx_to_saved = nullptr, saved_to_src = nullptr, saved_to_dy = nullptr,
+                     to_weights_dy = nullptr;
+    for (dnnl_memory_t m : {conv->x.inner, conv->y.inner, conv->data_dy.inner, conv->dx.inner, conv->weights_x.inner})
+      bytes = std::max(bytes, dnnl_memory_desc_get_size(dnnl_md(m)));
+    const bool ok =
+        (i + 1 == count || dnnl_change(conv->y.inner, chain->convs[i + 1]->x.inner, &bytes, &between)) &&
+        (i == 0 || (dnnl_change(conv->dx.inner, chain->convs[i - 1]->y.inner, &bytes, &dx_to_saved) &&
+                    dnnl_change(chain->convs[i - 1]->y.inner, conv->weights_x.inner, &bytes, &saved_to_src) &&
+                    dnnl_change(chain->convs[i - 1]->y.inner, chain->convs[i - 1]->data_dy.inner, &bytes,
+                                &saved_to_dy))) &&
+        (conv->shared_dy || dnnl_change(conv->data_dy.inner, conv->weights_dy.inner, &bytes, &to_weights_dy));
+    if (!ok) return nullptr;
+    if (i + 1 < count) chain->between.push_back(between);
+    chain->dx_to_saved.push_back(dx_to_saved);
+    chain->saved_to_src.push_back(saved_to_src);
+    if (i > 0) chain->saved_to_dy.push_back(saved_to_dy);
+    chain->data_to_weights_dy.push_back(to_weights_dy);
   }
-  chain->region = (chain->region + 4095) / 4096 * 4096;
-  ctx.activations_buffer(3 * chain->region);
+  chain->region = (bytes + 4095) / 4096 * 4096;
+  dnnl_context().activations_buffer(5 * chain->region);
   chains.emplace_back(key, std::move(chain));
   return chains.back().second.get();
+}
+
+// The chain of a kernel's params, or nullptr if they do not describe one: x at 0, then per
+// convolution its weight at `first + i * stride` and its geometry at `first + i * stride + stride - 1`.
+// Call with the context's `run` held.
+DnnlChain *dnnl_chain_of(int count, int first, int stride, int nparam, int *ndims, int64_t **shapes,
+                         const char **dtypes) {
+  if (count < 1 || ndims[0] != 4) return nullptr;
+  for (int i = 0; i < nparam; ++i) {
+    const bool geometry = i >= first && i < first + count * stride && (i - first) % stride == stride - 1;
+    if (!geometry && std::strcmp(dtypes[i], "float32") != 0) return nullptr;
+  }
+  std::vector<int64_t *> w, geo;
+  for (int i = 0; i < count; ++i) {
+    const int at = first + i * stride;
+    if (ndims[at] != 4 || ndims[at + stride - 1] != 4) return nullptr;
+    w.push_back(shapes[at]);
+    geo.push_back(shapes[at + stride - 1]);
+  }
+  return dnnl_chain(shapes[0], count, w.data(), geo.data());
+}
+
+// y = gamma * GELU(v) over n elements (in place when y is v).
+void chain_gelu(int64_t n, const float *v, float *y, float half_gamma, bool tanh_form) {
+  if (tanh_form)
+    parallel_simd(n, [=](int64_t j) { y[j] = scaled_tanh_gelu(v[j], half_gamma); });
+  else
+    parallel_simd(n, [=](int64_t j) { y[j] = scaled_gelu(v[j], half_gamma); });
+}
+
+char *chain_region(DnnlContext &ctx, const DnnlChain &chain, int r) {
+  return ctx.activations_buffer(0) + r * chain.region;
+}
+
+// The chain's forward: params x, then weight, bias, geometry per convolution; the last convolution's
+// output goes to NCHW `y`, and with `saved`, convolution i's (the GELU's input) to saved[i] in its
+// blocked layout, for the backward.
+bool dnnl_chain_forward(DnnlContext &ctx, const DnnlChain &chain, void **params, void *y, void *const *saved,
+                        float half_gamma, bool tanh_form) {
+  const int count = static_cast<int>(chain.convs.size());
+  char *regions[3] = {chain_region(ctx, chain, 0), chain_region(ctx, chain, 1), chain_region(ctx, chain, 2)};
+  for (int i = 0; i < count; ++i) {
+    DnnlConv *conv = chain.convs[i];
+    char *out = regions[1 - i % 2];  // conv i reads the other region (or the third, after a reorder)
+    if (i == 0) {
+      dnnl_memory_set_data_handle(conv->x.user, params[0]);
+      if (conv->x.reorder) dnnl_memory_set_data_handle(conv->x.inner, regions[0]);
+      if (!dnnl_load(ctx, conv->x)) return false;
+    }
+    const bool last = i + 1 == count;
+    if (last) {
+      dnnl_memory_set_data_handle(conv->y.user, y);
+      if (conv->y.reorder) dnnl_memory_set_data_handle(conv->y.inner, out);
+    } else {
+      dnnl_memory_set_data_handle(conv->y.inner, saved ? saved[i] : out);
+    }
+    if (!dnnl_forward(ctx, conv, params[1 + 3 * i], params[2 + 3 * i], conv->x.inner, conv->y.inner)) return false;
+    if (last) return dnnl_store(ctx, conv->y) && dnnl_stream_wait(ctx.stream) == 0;
+    chain_gelu(chain.numel[i], saved ? static_cast<const float *>(saved[i]) : reinterpret_cast<float *>(out),
+               reinterpret_cast<float *>(out), half_gamma, tanh_form);
+    DnnlConv *next = chain.convs[i + 1];
+    dnnl_memory_set_data_handle(conv->y.inner, out);
+    if (chain.between[i] == nullptr) {
+      dnnl_memory_set_data_handle(next->x.inner, out);
+    } else {
+      dnnl_memory_set_data_handle(next->x.inner, regions[2]);
+      if (!dnnl_reorder_run(ctx, chain.between[i], conv->y.inner, next->x.inner)) return false;
+    }
+  }
+  return dnnl_stream_wait(ctx.stream) == 0;
+}
+
+// The chain's gradients. `x` and `dy` are NCHW, saved[i] the forward's saved[i]; `w` the weights;
+// `dx` (NCHW) and per convolution dweight, dbias at grads[2 i], grads[2 i + 1] are written.
+bool dnnl_chain_backward(DnnlContext &ctx, const DnnlChain &chain, void *x, void *dy, void *const *saved,
+                         void *const *w, void *dx, void *const *grads, float gamma, bool tanh_form) {
+  const int count = static_cast<int>(chain.convs.size());
+  // r[0] holds the current convolution's dy (in its backward-data layout), r[1] its dx, r[2] its dy in
+  // the backward-weights layout, r[3] its backward-weights src, r[4] an intermediate layout
+  char *r[5];
+  for (int k = 0; k < 5; ++k) r[k] = chain_region(ctx, chain, k);
+  DnnlConv *last = chain.convs[count - 1];
+  dnnl_memory_set_data_handle(last->data_dy.user, dy);
+  if (last->data_dy.reorder) dnnl_memory_set_data_handle(last->data_dy.inner, r[0]);
+  if (!dnnl_load(ctx, last->data_dy)) return false;
+  for (int i = count - 1; i >= 0; --i) {
+    DnnlConv *conv = chain.convs[i];
+    if (i == 0) {
+      dnnl_memory_set_data_handle(conv->dx.user, dx);
+      if (conv->dx.reorder) dnnl_memory_set_data_handle(conv->dx.inner, r[1]);
+    } else {
+      dnnl_memory_set_data_handle(conv->dx.inner, r[1]);
+    }
+    if (!dnnl_backward_data(ctx, conv, w[i], conv->data_dy.inner, conv->dx.inner)) return false;
+    if (i == 0 && !dnnl_store(ctx, conv->dx)) return false;
+    dnnl_memory_t weights_dy = conv->data_dy.inner;
+    if (!conv->shared_dy) {
+      weights_dy = conv->weights_dy.inner;
+      dnnl_memory_set_data_handle(weights_dy, r[2]);
+      if (!dnnl_reorder_run(ctx, chain.data_to_weights_dy[i], conv->data_dy.inner, weights_dy)) return false;
+    }
+    if (i == 0) {
+      dnnl_memory_set_data_handle(conv->weights_x.user, x);
+      if (conv->weights_x.reorder) dnnl_memory_set_data_handle(conv->weights_x.inner, r[3]);
+      if (!dnnl_load(ctx, conv->weights_x)) return false;
+    } else {  // the GELU's output, recomputed from its saved input (not kept from the forward)
+      DnnlConv *prev = chain.convs[i - 1];
+      char *g = chain.saved_to_src[i] ? r[4] : r[3];
+      chain_gelu(chain.numel[i - 1], static_cast<const float *>(saved[i - 1]), reinterpret_cast<float *>(g),
+                 0.5f * gamma, tanh_form);
+      dnnl_memory_set_data_handle(prev->y.inner, g);
+      dnnl_memory_set_data_handle(conv->weights_x.inner, r[3]);
+      if (!dnnl_reorder_run(ctx, chain.saved_to_src[i], prev->y.inner, conv->weights_x.inner)) return false;
+    }
+    if (!dnnl_backward_weights(ctx, conv, conv->weights_x.inner, weights_dy, grads[2 * i], grads[2 * i + 1]))
+      return false;
+    if (i == 0) break;
+    // the previous convolution's dy = dx * gamma * GELU'(its saved output), in that output's layout
+    DnnlConv *prev = chain.convs[i - 1];
+    int at = 1;  // the region holding it
+    if (chain.dx_to_saved[i]) {
+      dnnl_memory_set_data_handle(prev->y.inner, r[4]);
+      if (!dnnl_reorder_run(ctx, chain.dx_to_saved[i], conv->dx.inner, prev->y.inner)) return false;
+      at = 4;
+    }
+    float *d = reinterpret_cast<float *>(r[at]);
+    const float *v = static_cast<const float *>(saved[i - 1]);
+    if (tanh_form)
+      parallel_simd(chain.numel[i - 1], [=](int64_t j) { d[j] = d[j] * gamma * tanh_gelu_slope(v[j]); });
+    else
+      parallel_simd(chain.numel[i - 1], [=](int64_t j) { d[j] = d[j] * gamma * gelu_slope(v[j]); });
+    if (chain.saved_to_dy[i - 1]) {
+      dnnl_memory_set_data_handle(prev->y.inner, r[at]);
+      dnnl_memory_set_data_handle(prev->data_dy.inner, r[0]);
+      if (!dnnl_reorder_run(ctx, chain.saved_to_dy[i - 1], prev->y.inner, prev->data_dy.inner)) return false;
+    } else {
+      std::swap(r[0], r[at]);  // the new dy's region becomes r[0]
+      dnnl_memory_set_data_handle(prev->data_dy.inner, r[0]);
+    }
+  }
+  return dnnl_stream_wait(ctx.stream) == 0;
 }
 
 }  // namespace
@@ -1186,67 +1376,46 @@ DnnlChain *dnnl_chain(const int64_t *x, int count, int64_t **w, int64_t **geo) {
 extern "C" int DnnlConvGeluChain(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *,
                                  void *) {
   const int count = (nparam - 3) / 3;
-  if (count < 1 || nparam != 3 * count + 3 || ndims[0] != 4 || std::strcmp(dtypes[0], "float32") != 0 ||
-      std::strcmp(dtypes[nparam - 1], "float32") != 0 || std::strcmp(dtypes[nparam - 2], "float32") != 0)
-    return 1;
-  std::vector<int64_t *> w, geo;
-  for (int i = 0; i < count; ++i) {
-    const int at = 1 + 3 * i;
-    if (ndims[at] != 4 || ndims[at + 2] != 4 || std::strcmp(dtypes[at], "float32") != 0 ||
-        std::strcmp(dtypes[at + 1], "float32") != 0) return 1;
-    w.push_back(shapes[at]);
-    geo.push_back(shapes[at + 2]);
-  }
-  const float half_gamma = 0.5f * input(params, nparam - 2)[0];
-  const bool tanh_form = input(params, nparam - 2)[1] != 0.0f;
+  if (nparam != 3 * count + 3) return 1;
   DnnlContext &ctx = dnnl_context();
   std::lock_guard<std::mutex> lock(ctx.run);
-  DnnlChain *chain = dnnl_chain(shapes[0], count, w.data(), geo.data());
+  DnnlChain *chain = dnnl_chain_of(count, 1, 3, nparam, ndims, shapes, dtypes);
+  const float *consts = input(params, nparam - 2);
+  return chain && dnnl_chain_forward(ctx, *chain, params, params[nparam - 1], nullptr, 0.5f * consts[0],
+                                     consts[1] != 0.0f) ? 0 : 1;
+}
+
+// DnnlConvGeluChain in training: the same params, then after y the outputs saved_0 ... saved_{count-2},
+// convolution i's output (the GELU's input, shaped as NCHW, in oneDNN's blocked layout) for
+// DnnlConvGeluChainBackward.
+extern "C" int DnnlConvGeluChainTrain(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
+                                      void *, void *) {
+  const int count = (nparam - 2) / 4;
+  if (nparam != 4 * count + 2) return 1;
+  DnnlContext &ctx = dnnl_context();
+  std::lock_guard<std::mutex> lock(ctx.run);
+  DnnlChain *chain = dnnl_chain_of(count, 1, 3, nparam, ndims, shapes, dtypes);
+  const float *consts = input(params, 3 * count + 1);
+  return chain && dnnl_chain_forward(ctx, *chain, params, params[3 * count + 2], params + 3 * count + 3,
+                                     0.5f * consts[0], consts[1] != 0.0f) ? 0 : 1;
+}
+
+// The gradients of DnnlConvGeluChainTrain. params: x, dy (the gradient of y), saved_0 ...
+// saved_{count-2}, then per convolution its weight and geometry, then consts; outputs dx, then per
+// convolution dweight and dbias.
+extern "C" int DnnlConvGeluChainBackward(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
+                                         void *, void *) {
+  const int count = (nparam - 3) / 5;
+  if (nparam != 5 * count + 3) return 1;
+  DnnlContext &ctx = dnnl_context();
+  std::lock_guard<std::mutex> lock(ctx.run);
+  const int first = count + 1;  // the first weight
+  DnnlChain *chain = dnnl_chain_of(count, first, 2, nparam, ndims, shapes, dtypes);
   if (chain == nullptr) return 1;
-  char *regions[3];
-  for (int r = 0; r < 3; ++r) regions[r] = ctx.activations_buffer(0) + r * chain->region;
-  bool ok = true;
-  for (int i = 0; ok && i < count; ++i) {
-    DnnlConv *conv = chain->convs[i];
-    char *out = regions[1 - i % 2];  // conv i reads the other region (or the third, after a reorder)
-    if (i == 0) {
-      dnnl_memory_set_data_handle(conv->x.user, params[0]);
-      if (conv->x.reorder) dnnl_memory_set_data_handle(conv->x.inner, regions[0]);
-      ok = dnnl_load(ctx, conv->x);
-    }
-    if (i + 1 == count) {
-      dnnl_memory_set_data_handle(conv->y.user, params[nparam - 1]);
-      if (conv->y.reorder) dnnl_memory_set_data_handle(conv->y.inner, out);
-    } else {
-      dnnl_memory_set_data_handle(conv->y.inner, out);
-    }
-    const int at = 1 + 3 * i;
-    dnnl_memory_set_data_handle(conv->user_weights, params[at]);
-    dnnl_memory_set_data_handle(conv->bias, params[at + 1]);
-    dnnl_memory_set_data_handle(conv->forward_weights, ctx.weights_buffer(0));
-    ok = ok && dnnl_reorder_run(ctx, conv->to_forward_weights, conv->user_weights, conv->forward_weights) &&
-         dnnl_execute_conv(ctx, conv->forward, conv->forward_scratch,
-                           {{kArgSrc, conv->x.inner}, {kArgWeights, conv->forward_weights},
-                            {kArgBias, conv->bias}, {kArgDst, conv->y.inner}}) &&
-         dnnl_stream_wait(ctx.stream) == 0;
-    if (!ok) break;
-    if (i + 1 == count) {
-      ok = dnnl_store(ctx, conv->y) && dnnl_stream_wait(ctx.stream) == 0;
-      break;
-    }
-    float *y = reinterpret_cast<float *>(out);
-    if (tanh_form)
-      parallel_simd(chain->numel[i], [=](int64_t j) { y[j] = scaled_tanh_gelu(y[j], half_gamma); });
-    else
-      parallel_simd(chain->numel[i], [=](int64_t j) { y[j] = scaled_gelu(y[j], half_gamma); });
-    DnnlConv *next = chain->convs[i + 1];
-    if (chain->between[i] == nullptr) {
-      dnnl_memory_set_data_handle(next->x.inner, out);
-    } else {
-      dnnl_memory_set_data_handle(next->x.inner, regions[2]);
-      ok = dnnl_reorder_run(ctx, chain->between[i], conv->y.inner, next->x.inner) && dnnl_stream_wait(ctx.stream) == 0;
-    }
-  }
-  return ok ? 0 : 1;
+  std::vector<void *> w;
+  for (int i = 0; i < count; ++i) w.push_back(params[first + 2 * i]);
+  const float *consts = input(params, first + 2 * count);
+  return dnnl_chain_backward(ctx, *chain, params[0], params[1], params + 2, w.data(), params[first + 2 * count + 1],
+                             params + first + 2 * count + 2, consts[0], consts[1] != 0.0f) ? 0 : 1;
 }
 #endif  // NFNET_WITH_DNNL

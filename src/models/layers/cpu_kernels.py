@@ -364,24 +364,68 @@ class FusedConv2dSame(Conv2dSame):
         return type(self)(self.kernel_size, self.stride, self.groups, self.use_dnnl)
 
 
-def _chain_shape(x, *rest):
-    """Output shape of DnnlConvGeluChain: x, then (weight, bias, geometry) per convolution, then consts."""
+def _chain_shapes(x, *rest):
+    """NCHW shapes of each convolution's output in DnnlConvGeluChain: x, then (weight, bias, geometry) per
+    convolution, then consts."""
     n, c, h, w = x
+    shapes = []
     for weight, _bias, geo in zip(rest[0:-1:3], rest[1:-1:3], rest[2:-1:3]):
         h, w = _out_hw((n, c, h, w), geo)
         c = weight[0]
-    return n, c, h, w
+        shapes.append((n, c, h, w))
+    return shapes
+
+
+def _chain_backward_shapes(x, _dy, *rest):
+    """dx, then dweight and dbias per convolution, from DnnlConvGeluChainBackward's input shapes."""
+    count = len(rest) // 3  # rest: count - 1 saved activations, (weight, geometry) per convolution, consts
+    weights = rest[count - 1:-1:2]
+    return (x, *[s for w in weights for s in (w, (w[0],))])
+
+
+def _chain_inputs(x, weights_and_biases, geometry):
+    """x, then weight, bias and geometry per convolution: the chain kernels' inputs before consts."""
+    inputs = [x]
+    for i, geo in enumerate(geometry):
+        inputs += [weights_and_biases[2 * i], weights_and_biases[2 * i + 1], geo]
+    return inputs
+
+
+class _TrainingChain(nn.Cell):
+    """DnnlConvGeluChainTrain with DnnlConvGeluChainBackward as its gradient: returns (y, saved_0, ...), the
+    GELUs' inputs in oneDNN's blocked layout (their NCHW shapes, the same number of elements), which the
+    backward takes instead of NCHW activations."""
+
+    def __init__(self, geometry, consts):
+        super().__init__()
+        if len(geometry) != 4:
+            raise ValueError(f"the training chain takes an NF block's 4 convolutions, not {len(geometry)}")
+        self.geometry, self.consts = geometry, consts
+        self.forward = _custom("DnnlConvGeluChainTrain", lambda *s: (_chain_shapes(*s)[-1], *_chain_shapes(*s)[:-1]),
+                               lambda x, *_rest: (x,) * len(geometry))
+        self.backward = _custom("DnnlConvGeluChainBackward", _chain_backward_shapes,
+                                lambda x, *_rest: (x,) * (1 + 2 * len(geometry)))
+
+    def construct(self, x, *weights_and_biases):
+        return self.forward(*_chain_inputs(x, weights_and_biases, self.geometry), self.consts)
+
+    def bprop(self, x, w1, b1, w2, b2, w2b, b2b, w3, b3, out, dout):  # MindSpore's bprop takes no *args
+        inputs = [x, dout[0], *out[1:]]
+        for weight, geometry in zip((w1, w2, w2b, w3), self.geometry):
+            inputs += [weight, geometry]
+        return self.backward(*inputs, self.consts)
 
 
 class FusedConvGeluChain(nn.Cell):
-    """conv -> gamma GELU -> conv -> ... -> conv, forward only, in one oneDNN kernel: what an NF block's main
-    path (conv1, conv2, conv2b, conv3 with their GELUs) computes at inference.
+    """conv -> gamma GELU -> conv -> ... -> conv in one oneDNN kernel, forward and backward: what an NF block's
+    main path (conv1, conv2, conv2b, conv3 with their GELUs) computes.
 
     The convolutions are FusedConv2dSame's oneDNN primitives and the GELU its kernel's element, so the
     result equals the separate cells' bit for bit; but each activation passes to the next convolution in
     the blocked layout oneDNN computes in, instead of going out to NCHW and back in (F0 eval b8@256 on
-    AVX-512: activation reorders were 96 ms of a 1.22 s step, oneDNN's log). No backward: the block runs it
-    only when not training. `geometries`: (kernel size, stride, groups) per convolution; `gamma` and
+    AVX-512: activation reorders were 96 ms of a 1.22 s step, oneDNN's log). In training the forward also
+    returns the GELUs' inputs in that layout, and the backward runs the chain in reverse on them (the GELUs'
+    outputs recomputed, not kept). `geometries`: (kernel size, stride, groups) per convolution; `gamma` and
     `gelu_form` the GELU's (activations.py).
     """
 
@@ -391,13 +435,13 @@ class FusedConvGeluChain(nn.Cell):
         self.gamma, self.gelu_form = float(gamma), gelu_form
         self.geometry = [ops.zeros((k, k, stride, groups), ms.int32) for k, stride, groups in self.geometries]
         self.consts = Tensor([self.gamma, 1.0 if gelu_form == "tanh" else 0.0], ms.float32)
-        self.chain = _custom("DnnlConvGeluChain", _chain_shape, lambda x, *_rest: x)
+        self.chain = _custom("DnnlConvGeluChain", lambda *s: _chain_shapes(*s)[-1], lambda x, *_rest: x)
+        self.training_chain = _TrainingChain(self.geometry, self.consts)
 
     def construct(self, x, *weights_and_biases):
-        inputs = [x]
-        for i, geometry in enumerate(self.geometry):
-            inputs += [weights_and_biases[2 * i], weights_and_biases[2 * i + 1], geometry]
-        return self.chain(*inputs, self.consts)
+        if self.training:
+            return self.training_chain(x, *weights_and_biases)[0]
+        return self.chain(*_chain_inputs(x, weights_and_biases, self.geometry), self.consts)
 
     def __deepcopy__(self, memo):
         return type(self)(self.geometries, self.gamma, self.gelu_form)

@@ -46,7 +46,7 @@ def _swaps(forms):
 
 
 def _chain_of(cell):
-    """The fused inference chain for a cell with `chain_parts()` (an NF block), or None where the kernel
+    """The fused chain for a cell with `chain_parts()` (an NF block), or None where the kernel
     cannot take it: every convolution on oneDNN, one GELU between them, no padded blocked layout
     between them (channels a multiple of 16, oneDNN's widest block)."""
     from . import cpu_kernels as k
@@ -68,7 +68,7 @@ def apply_fast_forms(network, forms=None):
 
     Returns the number of cells swapped or added. Only cells still in their plain form are swapped,
     so applying it twice changes nothing. With the fused kernels, each NF block also gets its main
-    path as one inference kernel (`inference_chain`, used only when not training).
+    path as one kernel, forward and backward (`fused_chain`).
     """
     forms = active_forms() if forms is None else forms
     count = 0
@@ -77,7 +77,7 @@ def apply_fast_forms(network, forms=None):
                                lambda _name, c, fast=fast: fast(c))
     if forms.fused_kernels and forms.cpu_operators:
         for _name, cell in list(network.cells_and_names()):
-            if hasattr(cell, "chain_parts") and cell.inference_chain is None:
-                cell.inference_chain = _chain_of(cell)
-                count += cell.inference_chain is not None
+            if hasattr(cell, "chain_parts") and cell.fused_chain is None:
+                cell.fused_chain = _chain_of(cell)
+                count += cell.fused_chain is not None
     return count
