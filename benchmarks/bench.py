@@ -102,7 +102,9 @@ TIMEOUTS = {"flops": 150, "peak_ours": 90, "peak_timm": 90, "train_ours": 300, "
             "eval_timm": 120, "eval_timm_cl": 120, "eval_timm_compile": 360, "onnx_timm": 300,
             "pipeline_ours": 45, "pipeline_timm": 45, "mindrecord": 75}
 QUICK_TIMEOUT = 120
-BUDGET_MIN = 24  # make bench must finish within 25 minutes on a fresh clone (issue 18)
+# make bench must finish within 30 minutes on a fresh clone (issue 29; 25 in issue 18). 24 left the 128 and 256 px
+# curve points out in both runs at 222bb58, after the cold torch.compile caches' two compiles (105-172 s each)
+BUDGET_MIN = 28
 BUSY_LOAD = 0.5  # 1-minute load average above which the numbers are flagged as noisy
 
 
