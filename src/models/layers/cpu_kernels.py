@@ -376,6 +376,12 @@ def _chain_shapes(x, *rest):
     return shapes
 
 
+def _chain_train_shapes(*shapes):
+    """DnnlConvGeluChainTrain's outputs: y, then each saved GELU input (the outputs of all but the last convolution)."""
+    outputs = _chain_shapes(*shapes)
+    return (outputs[-1], *outputs[:-1])
+
+
 def _chain_backward_shapes(x, _dy, *rest):
     """dx, then dweight and dbias per convolution, from DnnlConvGeluChainBackward's input shapes."""
     count = len(rest) // 3  # rest: count - 1 saved activations, (weight, geometry) per convolution, consts
@@ -401,8 +407,7 @@ class _TrainingChain(nn.Cell):
         if len(geometry) != 4:
             raise ValueError(f"the training chain takes an NF block's 4 convolutions, not {len(geometry)}")
         self.geometry, self.consts = geometry, consts
-        self.forward = _custom("DnnlConvGeluChainTrain", lambda *s: (_chain_shapes(*s)[-1], *_chain_shapes(*s)[:-1]),
-                               lambda x, *_rest: (x,) * len(geometry))
+        self.forward = _custom("DnnlConvGeluChainTrain", _chain_train_shapes, lambda x, *_rest: (x,) * len(geometry))
         self.backward = _custom("DnnlConvGeluChainBackward", _chain_backward_shapes,
                                 lambda x, *_rest: (x,) * (1 + 2 * len(geometry)))
 
