@@ -77,8 +77,8 @@ def count_torch(model, size):
 def count_mindspore(network, size):
     """[(name, kind, macs)] of one 3 x size x size image through the project's network.
 
-    Runs the forward pass in PyNative mode (cell hooks fire only there) and in training mode (at
-    inference an NF block's main path may be one fused kernel that no layer hook sees:
+    Runs the forward pass in PyNative mode (cell hooks fire only there) with the NF blocks' fused
+    chains detached (a block's main path may be one fused kernel that no layer hook sees:
     layers/fast_forms.py; the MACs are the same), and restores both.
     """
     import mindspore as ms
@@ -110,15 +110,18 @@ def count_mindspore(network, size):
         else:
             continue
         handles.append(cell.register_forward_hook(hook))
+    chains = {cell: cell.fused_chain for _, cell in network.cells_and_names()
+              if getattr(cell, "fused_chain", None) is not None}
     mode = ms.get_context("mode")
-    was_training = network.training
     ms.set_context(mode=ms.PYNATIVE_MODE)
-    network.set_train(True)
     try:
+        for cell in chains:
+            cell.fused_chain = None
         network(ms.Tensor(np.zeros((1, 3, size, size), np.float32)))
     finally:
         for handle in handles:
             handle.remove()
-        network.set_train(was_training)
+        for cell, chain in chains.items():
+            cell.fused_chain = chain
         ms.set_context(mode=mode)
     return layers
