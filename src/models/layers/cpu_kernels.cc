@@ -1369,20 +1369,31 @@ bool dnnl_chain_backward(DnnlContext &ctx, const DnnlChain &chain, void *x, void
 
 }  // namespace
 
+namespace {
+
+// DnnlConvGeluChain (`training` false) and DnnlConvGeluChainTrain: the same inputs and y, the latter
+// with the count - 1 saved activations after y.
+int chain_forward_kernel(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, bool training) {
+  const int count = training ? (nparam - 2) / 4 : (nparam - 3) / 3;
+  if (nparam != (training ? 4 * count + 2 : 3 * count + 3)) return 1;
+  DnnlContext &ctx = dnnl_context();
+  std::lock_guard<std::mutex> lock(ctx.run);
+  DnnlChain *chain = dnnl_chain_of(count, 1, 3, nparam, ndims, shapes, dtypes);
+  const float *consts = input(params, 3 * count + 1);
+  return chain && dnnl_chain_forward(ctx, *chain, params, params[3 * count + 2],
+                                     training ? params + 3 * count + 3 : nullptr, 0.5f * consts[0],
+                                     consts[1] != 0.0f) ? 0 : 1;
+}
+
+}  // namespace
+
 // conv -> gamma GELU -> conv -> ... -> conv at inference, SAME-padded NCHW convolutions with bias
 // (an NF block's main path), in one call. params: x (n, c, h, w), then per
 // convolution its weight (out, c / groups, kh, kw), bias (out,) and geometry (kh, kw, stride,
 // groups; only its shape is read), then consts (2,) = [gamma, form (0 exact, 1 tanh)], y.
 extern "C" int DnnlConvGeluChain(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *,
                                  void *) {
-  const int count = (nparam - 3) / 3;
-  if (nparam != 3 * count + 3) return 1;
-  DnnlContext &ctx = dnnl_context();
-  std::lock_guard<std::mutex> lock(ctx.run);
-  DnnlChain *chain = dnnl_chain_of(count, 1, 3, nparam, ndims, shapes, dtypes);
-  const float *consts = input(params, nparam - 2);
-  return chain && dnnl_chain_forward(ctx, *chain, params, params[nparam - 1], nullptr, 0.5f * consts[0],
-                                     consts[1] != 0.0f) ? 0 : 1;
+  return chain_forward_kernel(nparam, params, ndims, shapes, dtypes, false);
 }
 
 // DnnlConvGeluChain in training: the same params, then after y the outputs saved_0 ... saved_{count-2},
@@ -1390,14 +1401,7 @@ extern "C" int DnnlConvGeluChain(int nparam, void **params, int *ndims, int64_t 
 // DnnlConvGeluChainBackward.
 extern "C" int DnnlConvGeluChainTrain(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
                                       void *, void *) {
-  const int count = (nparam - 2) / 4;
-  if (nparam != 4 * count + 2) return 1;
-  DnnlContext &ctx = dnnl_context();
-  std::lock_guard<std::mutex> lock(ctx.run);
-  DnnlChain *chain = dnnl_chain_of(count, 1, 3, nparam, ndims, shapes, dtypes);
-  const float *consts = input(params, 3 * count + 1);
-  return chain && dnnl_chain_forward(ctx, *chain, params, params[3 * count + 2], params + 3 * count + 3,
-                                     0.5f * consts[0], consts[1] != 0.0f) ? 0 : 1;
+  return chain_forward_kernel(nparam, params, ndims, shapes, dtypes, true);
 }
 
 // The gradients of DnnlConvGeluChainTrain. params: x, dy (the gradient of y), saved_0 ...
