@@ -109,23 +109,37 @@ VERBOSE_STEP = textwrap.dedent("""
 
 
 @pytest.mark.timeout(120)
-def test_onednn_runs_its_direct_kernels_on_blocked_layouts(fused_kernels, tmp_path):
+@pytest.mark.parametrize("isa_limit", [None, "AVX2"])
+def test_onednn_runs_its_direct_kernels_on_the_layouts_chosen_for_them(fused_kernels, tmp_path, isa_limit):
     """On NCHW tensors oneDNN 3.10 wraps forward and backward-data in internal layout copies
     (`jit_uni_ncsp`) and runs backward-weights as im2col + GEMM (`x64:gemm`: 136-182 GFLOP/s on
     F0's shapes here, against 206-220 for its direct AVX-512 kernel); the kernels hand every
-    primitive the blocked layouts it asks for. Read from oneDNN's own log (ONEDNN_VERBOSE)."""
+    primitive a layout of its own kernels: with AVX-512 NHWC to a stride-1 3x3 convolution, oneDNN's
+    own choice to the rest (blocked for 1x1; cpu_kernels.cc, dnnl_activation_tag). Read from oneDNN's
+    own log (ONEDNN_VERBOSE), with and without AVX2 as oneDNN's ISA limit."""
     if not cpu_kernels.dnnl_available():
         pytest.skip("the fused library was built without oneDNN")
     if " avx2" not in open("/proc/cpuinfo", encoding="utf-8").read():
         pytest.skip("oneDNN's direct f32 kernels want AVX2 or newer")
     script = tmp_path / "convs.py"
     script.write_text(VERBOSE_STEP)
+    env = dict(os.environ, PYTHONPATH=ROOT, ONEDNN_VERBOSE="1")
+    if isa_limit:
+        env["ONEDNN_MAX_CPU_ISA"] = isa_limit
     result = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=100,
-                            check=False, env=dict(os.environ, PYTHONPATH=ROOT, ONEDNN_VERBOSE="1"))
+                            check=False, env=env)
     assert result.returncode == 0, result.stderr[-2000:]
-    runs = [line.split(",") for line in result.stdout.splitlines()
-            if line.startswith("onednn_verbose,v1,primitive,exec,cpu,convolution")]
+    lines = result.stdout.splitlines()
+    runs = [line.split(",") for line in lines if line.startswith("onednn_verbose,v1,primitive,exec,cpu,convolution")]
     implementations = {(fields[7], fields[6]) for fields in runs}  # (propagation kind, implementation)
     assert {kind for kind, _ in implementations} == {"forward_training", "backward_data", "backward_weights"}
     slow = {(kind, impl) for kind, impl in implementations if impl.startswith(("x64:gemm", "ref", "jit_uni_ncsp"))}
     assert not slow, slow
+    avx512 = any(line.startswith("onednn_verbose,v1,info,cpu,isa:") and "AVX-512" in line for line in lines)
+    assert not (avx512 and isa_limit)
+    for fields in runs:
+        kind, source_layout, geometry = fields[7], fields[8].split()[0].split(":")[4], fields[-2]
+        if "kh3sh1" in geometry and avx512:
+            assert source_layout == "acdb", (kind, geometry, source_layout)
+        elif "kh1" in geometry:  # oneDNN's free choice
+            assert source_layout in ("aBcd16b", "aBcd8b"), (kind, geometry, source_layout)
