@@ -1356,32 +1356,38 @@ bool dnnl_chain_backward(DnnlContext &ctx, const DnnlChain &chain, void *x, void
       dnnl_memory_set_data_handle(conv->weights_x.user, x);
       if (conv->weights_x.reorder) dnnl_memory_set_data_handle(conv->weights_x.inner, r[3]);
       if (!dnnl_load(ctx, conv->weights_x)) return false;
-    } else {  // the GELU's output, recomputed from its saved input (not kept from the forward)
-      DnnlConv *prev = chain.convs[i - 1];
-      char *g = chain.saved_to_src[i] ? r[4] : r[3];
-      chain_gelu(chain.numel[i - 1], static_cast<const float *>(saved[i - 1]), reinterpret_cast<float *>(g),
-                 0.5f * gamma, tanh_form);
-      dnnl_memory_set_data_handle(prev->y.inner, g);
-      dnnl_memory_set_data_handle(conv->weights_x.inner, r[3]);
-      if (!dnnl_reorder_run(ctx, chain.saved_to_src[i], prev->y.inner, conv->weights_x.inner)) return false;
+      if (!dnnl_backward_weights(ctx, conv, conv->weights_x.inner, weights_dy, grads[0], grads[1])) return false;
+      break;
     }
-    if (!dnnl_backward_weights(ctx, conv, conv->weights_x.inner, weights_dy, grads[2 * i], grads[2 * i + 1]))
-      return false;
-    if (i == 0) break;
-    // the previous convolution's dy = dx * gamma * GELU'(its saved output), in that output's layout
+    // In one pass over the GELU's saved input v, in its layout: its output gamma * GELU(v) (recomputed,
+    // not kept from the forward), this convolution's backward-weights src, and the previous
+    // convolution's dy = dx * gamma * GELU'(v).
     DnnlConv *prev = chain.convs[i - 1];
-    int at = 1;  // the region holding it
+    int at = 1;  // the region holding dx, then the previous convolution's dy
     if (chain.dx_to_saved[i]) {
       dnnl_memory_set_data_handle(prev->y.inner, r[4]);
       if (!dnnl_reorder_run(ctx, chain.dx_to_saved[i], conv->dx.inner, prev->y.inner)) return false;
       at = 4;
     }
-    float *d = reinterpret_cast<float *>(r[at]);
+    char *g = chain.saved_to_src[i] ? r[at == 4 ? 1 : 4] : r[3];
+    float *d = reinterpret_cast<float *>(r[at]), *out = reinterpret_cast<float *>(g);
     const float *v = static_cast<const float *>(saved[i - 1]);
+    const float half_gamma = 0.5f * gamma;
     if (tanh_form)
-      parallel_simd(chain.numel[i - 1], [=](int64_t j) { d[j] = d[j] * gamma * tanh_gelu_slope(v[j]); });
+      parallel_simd(chain.numel[i - 1], [=](int64_t j) {
+        out[j] = scaled_tanh_gelu(v[j], half_gamma);
+        d[j] = d[j] * gamma * tanh_gelu_slope(v[j]);
+      });
     else
-      parallel_simd(chain.numel[i - 1], [=](int64_t j) { d[j] = d[j] * gamma * gelu_slope(v[j]); });
+      parallel_simd(chain.numel[i - 1], [=](int64_t j) {
+        out[j] = scaled_gelu(v[j], half_gamma);
+        d[j] = d[j] * gamma * gelu_slope(v[j]);
+      });
+    dnnl_memory_set_data_handle(prev->y.inner, g);
+    dnnl_memory_set_data_handle(conv->weights_x.inner, r[3]);
+    if (!dnnl_reorder_run(ctx, chain.saved_to_src[i], prev->y.inner, conv->weights_x.inner) ||
+        !dnnl_backward_weights(ctx, conv, conv->weights_x.inner, weights_dy, grads[2 * i], grads[2 * i + 1]))
+      return false;
     if (chain.saved_to_dy[i - 1]) {
       dnnl_memory_set_data_handle(prev->y.inner, r[at]);
       dnnl_memory_set_data_handle(prev->data_dy.inner, r[0]);
