@@ -1010,8 +1010,8 @@ DnnlConv *dnnl_conv(const ConvGeometry &g, int64_t out_channels, int64_t groups)
                                                            any_md, conv_dst_md, strides, dilates, pad_l, pad_r, fwd,
                                                            ctx.attr) == 0 &&
       dnnl_convolution_backward_weights_primitive_desc_create(&bwd_weights, ctx.engine, kConvolutionDirect,
-                                                              conv_src_md, any_md, bias_md, conv_dst_md, strides, dilates,
-                                                              pad_l, pad_r, fwd, ctx.attr) == 0;
+                                                              conv_src_md, any_md, bias_md, conv_dst_md, strides,
+                                                              dilates, pad_l, pad_r, fwd, ctx.attr) == 0;
   size_t weights_bytes = 0, forward_end = 0, backward_end = 0, scratch_bytes = 0;
   if (ok) {
     const_dnnl_memory_desc_t data_dy_md = dnnl_primitive_desc_query_md(bwd_data, kQueryDiffDstMd, 0);
