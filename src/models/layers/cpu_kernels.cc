@@ -994,8 +994,9 @@ DnnlConv *dnnl_conv(const ConvGeometry &g, int64_t out_channels, int64_t groups)
   dnnl_memory_desc_t src_md, dst_md, conv_src_md, conv_dst_md, bias_md, user_md, any_md;
   dnnl_memory_desc_create_with_tag(&src_md, 4, src_dims, kDnnlF32, kTagAbcd);
   dnnl_memory_desc_create_with_tag(&dst_md, 4, dst_dims, kDnnlF32, kTagAbcd);
-  dnnl_memory_desc_create_with_tag(&conv_src_md, 4, src_dims, kDnnlF32, dnnl_activation_tag(g));
-  dnnl_memory_desc_create_with_tag(&conv_dst_md, 4, dst_dims, kDnnlF32, dnnl_activation_tag(g));
+  const int activation_tag = dnnl_activation_tag(g);
+  dnnl_memory_desc_create_with_tag(&conv_src_md, 4, src_dims, kDnnlF32, activation_tag);
+  dnnl_memory_desc_create_with_tag(&conv_dst_md, 4, dst_dims, kDnnlF32, activation_tag);
   dnnl_memory_desc_create_with_tag(&bias_md, 1, bias_dims, kDnnlF32, kTagA);
   dnnl_memory_desc_create_with_tag(&user_md, weight_ndims, weight_dims, kDnnlF32,
                                    groups == 1 ? kTagAbcd : kTagAbcde);
