@@ -5,7 +5,8 @@ weight standardization folded (src/deploy/fold.py), in float32, traced at batch
 `export_batch_size` and `test_input_size` x `test_input_size`. ONNX always uses native
 Conv operators, and its GELUs are traced as markers that the written graph turns into
 ONNX's Erf GELU, or the tanh formula for gelu_form "tanh" (src/deploy/gelu.py), because
-MindSpore's ONNX exporter has no Erf.
+MindSpore's ONNX exporter has no Erf; the constant scalings between convolutions (gamma, beta)
+are folded into the convolution weights (src/deploy/onnx_fold.py).
 
 Every export is portable by default, whatever machine writes it: each convolution is one
 native Conv2D operator (what Ascend 310/910, GPU, MindSpore Lite and ONNX runtimes execute
@@ -105,7 +106,9 @@ def export_network(network, file_format, file_name, batch_size, image_size, over
             raise DeployError(f"MindSpore wrote no {file_format} file at {written}")
         if file_format == "ONNX":
             from .gelu import count_markers, marker_form, restore_erf_gelu
+            from .onnx_fold import fold_scalar_muls
 
+            fold_scalar_muls(written)  # first: the GELUs' own Mul by 0.5 is not in the graph yet
             restore_erf_gelu(written, count_markers(network), marker_form(network))
         if dynamic_batch:
             from .onnx_batch import make_batch_dynamic

@@ -3,7 +3,8 @@
 The message classes are built from a schema of only the fields the edits touch, with onnx.proto's
 field numbers (https://github.com/onnx/onnx/blob/main/onnx/onnx.proto): ModelProto.graph = 7;
 GraphProto.node = 1, initializer = 5, input = 11, output = 12, value_info = 13; NodeProto.input = 1,
-output = 2, name = 3, op_type = 4; TensorProto.dims = 1, data_type = 2, name = 8, raw_data = 9;
+output = 2, name = 3, op_type = 4, attribute = 5; AttributeProto.name = 1, i = 3, t = 5;
+TensorProto.dims = 1, data_type = 2, float_data = 4 (packed), name = 8, raw_data = 9;
 ValueInfoProto.name = 1, type = 2; TypeProto.tensor_type = 1; TypeProto.Tensor.elem_type = 1,
 shape = 2; TensorShapeProto.dim = 1; Dimension.dim_value = 1, dim_param = 2. Protobuf keeps every
 other field as an unknown field and writes it back unchanged.
@@ -29,10 +30,14 @@ def model_class():
                             ("shape", 2, F.TYPE_MESSAGE, "TensorShapeProto", one)],
         "TypeProto": [("tensor_type", 1, F.TYPE_MESSAGE, "TensorTypeProto", one)],
         "ValueInfoProto": [("name", 1, F.TYPE_STRING, None, one), ("type", 2, F.TYPE_MESSAGE, "TypeProto", one)],
-        "NodeProto": [("input", 1, F.TYPE_STRING, None, many), ("output", 2, F.TYPE_STRING, None, many),
-                      ("name", 3, F.TYPE_STRING, None, one), ("op_type", 4, F.TYPE_STRING, None, one)],
         "TensorProto": [("dims", 1, F.TYPE_INT64, None, many), ("data_type", 2, F.TYPE_INT32, None, one),
-                        ("name", 8, F.TYPE_STRING, None, one), ("raw_data", 9, F.TYPE_BYTES, None, one)],
+                        ("float_data", 4, F.TYPE_FLOAT, None, many), ("name", 8, F.TYPE_STRING, None, one),
+                        ("raw_data", 9, F.TYPE_BYTES, None, one)],
+        "AttributeProto": [("name", 1, F.TYPE_STRING, None, one), ("i", 3, F.TYPE_INT64, None, one),
+                           ("t", 5, F.TYPE_MESSAGE, "TensorProto", one)],
+        "NodeProto": [("input", 1, F.TYPE_STRING, None, many), ("output", 2, F.TYPE_STRING, None, many),
+                      ("name", 3, F.TYPE_STRING, None, one), ("op_type", 4, F.TYPE_STRING, None, one),
+                      ("attribute", 5, F.TYPE_MESSAGE, "AttributeProto", many)],
         "GraphProto": [("node", 1, F.TYPE_MESSAGE, "NodeProto", many),
                        ("initializer", 5, F.TYPE_MESSAGE, "TensorProto", many),
                        ("input", 11, F.TYPE_MESSAGE, "ValueInfoProto", many),
@@ -46,6 +51,8 @@ def model_class():
         message = proto.message_type.add(name=name)
         for field, number, kind, type_name, label in fields:
             entry = message.field.add(name=field, number=number, type=kind, label=label)
+            if kind == F.TYPE_FLOAT and label == many:
+                entry.options.packed = True  # as onnx.proto declares float_data
             if type_name:
                 entry.type_name = f".nfnet_onnx_subset.{type_name}"
     pool = descriptor_pool.DescriptorPool()
