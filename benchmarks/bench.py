@@ -38,13 +38,16 @@ the cores this process may use; torch.set_num_threads and src.run.context.set_cp
   curves    train step time and peak RSS against batch size (1-16 at the train size) and resolution
             (128-256 at the train batch), each point a fresh train worker (benchmarks/scaling.py):
             the numbers in results.json, the chart in <output-dir>/scaling.png. Warm-up 2 steps,
-            --curve-steps timed steps (default 3).
+            --curve-steps timed steps (default 3), more at the cheaper points (scaling.point_steps).
 
 The two pipeline workers run --pipeline-rounds times, taking turns (ours first in even rounds),
 each a fresh process; a row's img/s is the median over all its timed epochs, and the spread of
 the rounds is printed, so a load change on a shared machine hits both. The eval-network workers
 (ours, timm eager, channels_last, torch.compile) run --eval-rounds times the same way, their rows
 the medians over every round's timed calls, and so do the four train workers (--train-rounds).
+Within a round, the train workers, the eval-network workers and each curve point's three train
+forms run in turns (benchmarks/turns.py): alive together, one call at a time, A B C, C B A, ...,
+so that a change in the machine's speed hits every framework alike.
 
 Each measurement runs in its own subprocess (``bench.py --worker NAME --json-out FILE``), one
 after another, with a timeout; a worker that fails, times out or grows past --max-rss-gb (its
@@ -75,6 +78,7 @@ from benchmarks.report import (collect_metrics, efficiency, format_efficiency, f
                                format_table, plot_ratios)
 from benchmarks.runner import (ISA_LIMITS, available_cores, machine_info, memory_available_gb,  # noqa: E402
                                merge_eval_rounds, merge_rounds, merge_train_rounds, run_worker, wait_until_quiet)
+from benchmarks.turns import WorkerTurns, run_in_turns  # noqa: E402
 
 F0_CONFIG = os.path.join(ROOT, "src", "configs", "dm_nfnet_f0.yaml")
 
@@ -115,9 +119,13 @@ def peak_rss_mb():
 
 
 def timed_calls(fn, warmup, steps):
-    """Seconds of each of warmup + steps calls of ``fn``."""
+    """Seconds of each of warmup + steps calls of ``fn``; run in turns (benchmarks/turns.py), each call
+    waits for its turn first."""
+    turns = WorkerTurns.from_environment()
     times = []
     for _ in range(warmup + steps):
+        if turns:
+            turns.take()
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
@@ -543,19 +551,41 @@ def peak_timm(opt):
 
 # ----------------------------------------------------------------------------- driver
 
+SKIPPED = "skipped: over the run's --budget-min {:g}"
+
+
 def run_within_budget(name, opt, workdir, timeout, deadline, key=None, args=(), steps=None):
     """run_worker with its timeout cut to the time left before ``deadline``; skipped when under 20 s are left."""
     key = key or name
     left = deadline - time.perf_counter()
     if left < 20:
         print(f"{key}: skipped, over the run's --budget-min {opt.budget_min:g}", flush=True)
-        return {"ok": False, "error": f"skipped: over the run's --budget-min {opt.budget_min:g}", "duration_s": 0.0,
-                "result": None}
+        return {"ok": False, "error": SKIPPED.format(opt.budget_min), "duration_s": 0.0, "result": None}
     timeout = min(timeout, left)
     print(f"{key} (timeout {timeout:.0f} s) ...", end=" ", flush=True)
     record = run_worker(name, opt, timeout, workdir, key=key, args=args, steps=steps)
     print(f"{record['duration_s']} s" + ("" if record["ok"] else f", FAILED: {record['error']}"), flush=True)
     return record
+
+
+def run_turns_within_budget(entries, opt, workdir, deadline):
+    """{key: record} of ``entries`` ([{name, key, args, steps, timeout}]) run in turns (benchmarks/turns.py),
+    their timeouts cut in proportion to fit the time left before ``deadline``; skipped when under 20 s are left."""
+    left = deadline - time.perf_counter()
+    keys = ", ".join(entry["key"] for entry in entries)
+    if left < 20:
+        print(f"{keys}: skipped, over the run's --budget-min {opt.budget_min:g}", flush=True)
+        return {entry["key"]: {"ok": False, "error": SKIPPED.format(opt.budget_min), "duration_s": 0.0,
+                               "result": None} for entry in entries}
+    scale = min(1.0, left / sum(entry["timeout"] for entry in entries))
+    entries = [dict(entry, timeout=entry["timeout"] * scale) for entry in entries]
+    print(f"{keys} in turns ...", flush=True)
+    records = run_in_turns(entries, opt, workdir, lambda entry: run_worker(
+        entry["name"], opt, entry["timeout"], workdir, key=entry["key"], args=entry["args"], steps=entry["steps"]))
+    for key, record in records.items():
+        print(f"  {key}: {record['duration_s']} s" + ("" if record["turns"] else " (alone: memory)")
+              + ("" if record["ok"] else f", FAILED: {record['error']}"), flush=True)
+    return records
 
 
 def worker_timeout(name, opt):
@@ -567,34 +597,47 @@ EVAL_NETWORKS = ("eval_ours", "eval_timm", "eval_timm_cl", "eval_timm_compile")
 TRAINS = ("train_ours", "train_timm", "train_timm_cl", "train_timm_compile")
 
 
-def run_rounds(group, rounds, merge, names, opt, workdir, deadline):
+def run_rounds(group, rounds, merge, names, opt, workdir, deadline, in_turns=False):
     """The workers of `group` that `names` selects, in `rounds` interleaved rounds (the order reversed in
-    odd rounds, so that a load change hits every worker), each merged by `merge(records)`. One round keeps
-    the worker's own name."""
+    odd rounds, so that a load change hits every worker), each merged by `merge(records)`; `in_turns`: each
+    round's workers run in turns (benchmarks/turns.py). One round keeps the worker's own name."""
     members = [name for name in group if name in names]
     records = {name: [] for name in members}
     for index in range(rounds):
-        for name in members if index % 2 == 0 else members[::-1]:
-            key = name if rounds == 1 else f"{name}_round{index + 1}"
-            records[name].append(run_within_budget(name, opt, workdir, worker_timeout(name, opt), deadline, key=key))
+        order = members if index % 2 == 0 else members[::-1]
+        keys = {name: name if rounds == 1 else f"{name}_round{index + 1}" for name in order}
+        if in_turns and order:
+            done = run_turns_within_budget([{"name": name, "key": keys[name], "args": (), "steps": None,
+                                             "timeout": worker_timeout(name, opt)} for name in order],
+                                           opt, workdir, deadline)
+        else:
+            done = {keys[name]: run_within_budget(name, opt, workdir, worker_timeout(name, opt), deadline,
+                                                  key=keys[name]) for name in order}
+        for name in order:
+            records[name].append(done[keys[name]])
     return {name: merge(rounds_of_name) for name, rounds_of_name in records.items()}
 
 
 def run_curves(opt, workdir, deadline, workers):
-    """{scaling.point_key: record} of every curve point; the main train rows stand for their own point."""
+    """{scaling.point_key: record} of every curve point, each point's train forms in turns; the main train rows
+    stand for their own point."""
     records = {}
     for _, batch, size in scaling.curve_points(opt.train_batch, opt.train_size, opt.quick):
+        entries = []
         for framework, worker in scaling.FRAMEWORKS:
             key = scaling.point_key(framework, batch, size)
-            if key in records:
+            if key in records or key in (entry["key"] for entry in entries):
                 continue
             if (batch, size) == (opt.train_batch, opt.train_size) and (workers.get(worker) or {}).get("ok"):
                 records[key] = workers[worker]
                 continue
             timeout = scaling.point_timeout(worker, batch, size, opt.train_batch, opt.train_size,
                                             QUICK_TIMEOUT if opt.quick else None) * opt.timeout_scale
-            records[key] = run_within_budget(worker, opt, workdir, timeout, deadline, key=key,
-                                             args=("--batch", batch, "--size", size), steps=opt.curve_steps)
+            steps = scaling.point_steps(opt.curve_steps, batch, size, opt.train_batch, opt.train_size)
+            entries.append({"name": worker, "key": key, "args": ("--batch", batch, "--size", size), "steps": steps,
+                            "timeout": timeout})
+        if entries:
+            records.update(run_turns_within_budget(entries, opt, workdir, deadline))
     return records
 
 
@@ -637,13 +680,13 @@ def drive(opt):
                 if name not in workers:
                     workers.update(run_rounds(TRAINS, opt.train_rounds,
                                               lambda records: merge_train_rounds(records, opt.train_batch, opt.warmup),
-                                              names, opt, workdir, deadline))
+                                              names, opt, workdir, deadline, in_turns=True))
             elif name in EVAL_NETWORKS:
                 # one slow process decided the eval rows before (5.09 img/s; six later single runs 6.2-7.1)
                 if name not in workers:
                     workers.update(run_rounds(EVAL_NETWORKS, opt.eval_rounds,
                                               lambda records: merge_eval_rounds(records, opt.eval_batch, opt.warmup),
-                                              names, opt, workdir, deadline))
+                                              names, opt, workdir, deadline, in_turns=True))
             elif name == "curves":
                 curve_records = run_curves(opt, workdir, deadline, workers)
             elif name == "lite_ours" and lite_python() is None:

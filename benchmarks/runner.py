@@ -137,12 +137,12 @@ def error_line(log_path):
     return f": {line[:300]}" if line else ""
 
 
-def run_worker(name, opt, timeout, workdir, key=None, args=(), steps=None):
-    """Run worker ``name`` of bench.py in its own process group; {ok, error, duration_s, result, ...}.
+def start_worker(name, opt, workdir, key=None, args=(), steps=None, pass_fds=(), env=None):
+    """Start worker ``name`` of bench.py in its own process group: (process, json path, log path).
 
     ``key`` names its json and log files (default: ``name``; a worker run several times needs one
     per run); ``args`` are more bench.py options (a curve point's --batch, --size); ``steps``
-    replaces --steps.
+    replaces --steps; ``pass_fds`` and ``env`` (more variables) are for benchmarks/turns.py.
     """
     key = key or name
     json_out = os.path.join(workdir, f"{key}.json")
@@ -153,34 +153,38 @@ def run_worker(name, opt, timeout, workdir, key=None, args=(), steps=None):
         command += ["--data-dir", opt.data_dir]
     if opt.quick:
         command.append("--quick")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
-               **ISA_LIMITS[getattr(opt, "isa", "native")])
-    env["TORCHINDUCTOR_CACHE_DIR"] = inductor_cache_dir(getattr(opt, "isa", "native"))
-    env.setdefault("GLOG_v", "3")  # MindSpore: errors only in the log
-    limit_mb = opt.max_rss_gb * 1024
-    start, peak_seen, error = time.perf_counter(), 0.0, None
+    full_env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
+                    **ISA_LIMITS[getattr(opt, "isa", "native")], **(env or {}))
+    full_env["TORCHINDUCTOR_CACHE_DIR"] = inductor_cache_dir(getattr(opt, "isa", "native"))
+    full_env.setdefault("GLOG_v", "3")  # MindSpore: errors only in the log
     with open(log_path, "w") as log:
         # cwd: MindSpore's kernel-meta and rank directories go to the scratch directory, not the checkout
-        proc = subprocess.Popen(command, cwd=workdir, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                start_new_session=True)
-        while proc.poll() is None:
-            time.sleep(0.5)
-            peak_seen = max(peak_seen, group_rss_mb(proc.pid))
-            elapsed = time.perf_counter() - start
-            if elapsed > timeout:
-                error = f"timed out after {timeout:.0f} s"
-            elif peak_seen > limit_mb:
-                error = f"stopped at {peak_seen / 1024:.1f} GB resident, over --max-rss-gb {opt.max_rss_gb:g}"
-            if error:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-                break
+        proc = subprocess.Popen(command, cwd=workdir, stdout=log, stderr=subprocess.STDOUT, env=full_env,
+                                start_new_session=True, pass_fds=pass_fds)
+    return proc, json_out, log_path
+
+
+def over_limit(proc, started, timeout, peak_mb, opt):
+    """The reason to stop a running worker (its time or its process group's memory), or None."""
+    if time.perf_counter() - started > timeout:
+        return f"timed out after {timeout:.0f} s"
+    if peak_mb > opt.max_rss_gb * 1024:
+        return f"stopped at {peak_mb / 1024:.1f} GB resident, over --max-rss-gb {opt.max_rss_gb:g}"
+    return None
+
+
+def kill_group(proc):
     try:  # the worker's children (data workers) may outlive it
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    record = {"ok": False, "error": error, "duration_s": round(time.perf_counter() - start, 1),
-              "timeout_s": timeout, "group_rss_peak_mb_sampled": round(peak_seen), "result": None}
+    proc.wait()
+
+
+def worker_record(proc, json_out, log_path, error, duration_s, timeout, peak_mb):
+    """{ok, error, duration_s, timeout_s, group_rss_peak_mb_sampled, result[, log_tail]} of a finished worker."""
+    record = {"ok": False, "error": error, "duration_s": round(duration_s, 1),
+              "timeout_s": timeout, "group_rss_peak_mb_sampled": round(peak_mb), "result": None}
     if error is None:
         try:
             with open(json_out) as f:
@@ -193,6 +197,20 @@ def run_worker(name, opt, timeout, workdir, key=None, args=(), steps=None):
     if not record["ok"]:
         record["log_tail"] = last_lines(log_path)
     return record
+
+
+def run_worker(name, opt, timeout, workdir, key=None, args=(), steps=None):
+    """Run worker ``name`` of bench.py alone (start_worker), with its timeout and memory guard: its record."""
+    proc, json_out, log_path = start_worker(name, opt, workdir, key=key, args=args, steps=steps)
+    start, peak_seen, error = time.perf_counter(), 0.0, None
+    while proc.poll() is None:
+        time.sleep(0.5)
+        peak_seen = max(peak_seen, group_rss_mb(proc.pid))
+        error = over_limit(proc, start, timeout, peak_seen, opt)
+        if error:
+            break
+    kill_group(proc)
+    return worker_record(proc, json_out, log_path, error, time.perf_counter() - start, timeout, peak_seen)
 
 
 def memory_available_gb():
