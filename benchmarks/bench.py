@@ -45,8 +45,8 @@ each a fresh process; a row's img/s is the median over all its timed epochs, and
 the rounds is printed, so a load change on a shared machine hits both. The eval-network workers
 (ours, timm eager, channels_last, torch.compile) run --eval-rounds times the same way, their rows
 the medians over every round's timed calls, and so do the four train workers (--train-rounds).
-Within a round, the train workers, the eval-network workers and each curve point's three train
-forms run in turns (benchmarks/turns.py): alive together, one call at a time, A B C, C B A, ...,
+Within a round, the train workers, the eval-network workers, the two ONNX workers and each curve
+point's three train forms run in turns (benchmarks/turns.py): alive together, one call at a time, A B C, C B A, ...,
 so that a change in the machine's speed hits every framework alike.
 
 Each measurement runs in its own subprocess (``bench.py --worker NAME --json-out FILE``), one
@@ -595,6 +595,7 @@ def worker_timeout(name, opt):
 PIPELINES = ("pipeline_ours", "pipeline_timm")
 EVAL_NETWORKS = ("eval_ours", "eval_timm", "eval_timm_cl", "eval_timm_compile")
 TRAINS = ("train_ours", "train_timm", "train_timm_cl", "train_timm_compile")
+ONNX_ROUTES = ("onnx_ours", "onnx_timm")  # ours and timm's ONNX, each in ONNX Runtime and OpenVINO
 
 
 def run_rounds(group, rounds, merge, names, opt, workdir, deadline, in_turns=False):
@@ -687,6 +688,10 @@ def drive(opt):
                     workers.update(run_rounds(EVAL_NETWORKS, opt.eval_rounds,
                                               lambda records: merge_eval_rounds(records, opt.eval_batch, opt.warmup),
                                               names, opt, workdir, deadline, in_turns=True))
+            elif name in ONNX_ROUTES:
+                if name not in workers:
+                    workers.update(run_rounds(ONNX_ROUTES, 1, lambda records: records[0], names, opt, workdir, deadline,
+                                              in_turns=True))
             elif name == "curves":
                 curve_records = run_curves(opt, workdir, deadline, workers)
             elif name == "lite_ours" and lite_python() is None:
