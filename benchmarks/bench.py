@@ -46,7 +46,7 @@ the rounds is printed, so a load change on a shared machine hits both. The eval-
 (ours, timm eager, channels_last, torch.compile) run --eval-rounds times the same way, their rows
 the medians over every round's timed calls, and so do the four train workers (--train-rounds).
 Within a round, the train workers, the eval-network workers, the two ONNX workers and each curve
-point's three train forms run in turns (benchmarks/turns.py): alive together, one call at a time, A B C, C B A, ...,
+point's three train forms run in turns (benchmarks/turns.py): alive together, one call at a time, A B C A B C ...,
 so that a change in the machine's speed hits every framework alike.
 
 Each measurement runs in its own subprocess (``bench.py --worker NAME --json-out FILE``), one
@@ -601,7 +601,8 @@ ONNX_ROUTES = ("onnx_ours", "onnx_timm")  # ours and timm's ONNX, each in ONNX R
 def run_rounds(group, rounds, merge, names, opt, workdir, deadline, in_turns=False):
     """The workers of `group` that `names` selects, in `rounds` interleaved rounds (the order reversed in
     odd rounds, so that a load change hits every worker), each merged by `merge(records)`; `in_turns`: each
-    round's workers run in turns (benchmarks/turns.py). One round keeps the worker's own name."""
+    round's workers run in turns (benchmarks/turns.py), the round's order the order of their turns. One round
+    keeps the worker's own name."""
     members = [name for name in group if name in names]
     records = {name: [] for name in members}
     for index in range(rounds):

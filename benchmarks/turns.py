@@ -9,8 +9,12 @@ computes at a time:
 
 - each starts alone and parks before its first timed call (start-up, model build and compile
   overlap nothing);
-- then the calls take turns, A B C, C B A, A B C, ...: each worker's i-th call runs next to the
-  others' i-th calls, so a slow minute hits every framework alike.
+- then the calls take turns, A B C A B C ...: each worker's i-th call runs next to the others'
+  i-th calls, so a slow minute hits every framework alike, and every call follows another worker's
+  call. (A worker's calls back to back ran faster: ONNX Runtime's threads spin on after a call and
+  took the cores from the next worker. F0 b1 at 256 px on the Ice Lake, ours and timm's ONNX in
+  ONNX Runtime in turns A B B A: 147-155 ms after its own call, 189-202 ms after the other's;
+  in turns A B A B: 131-168 ms. A 0.1 s pause between turns made OpenVINO's calls vary 104-209 ms.)
 
 A parked worker blocks on a pipe read (no thread of it runs). Each call is still timed by the worker
 itself (bench.timed_calls), and each keeps its own peak memory, timeout (its own active time) and
@@ -118,12 +122,10 @@ def run_in_turns(entries, opt, workdir, run_alone, headroom=1.2):
         worker = _Running(entry, opt, workdir)
         worker.run_until_parked(opt)
         running.append(worker)
-    order = list(running)
-    while any(not worker.finished for worker in order):
-        for worker in order:
+    while any(not worker.finished for worker in running):
+        for worker in running:
             if not worker.finished:
                 worker.go(opt)
-        order.reverse()
     records = {worker.key: worker.record() for worker in running}
     for entry in alone:
         records[entry["key"]] = {**run_alone(entry), "turns": False}
