@@ -86,7 +86,7 @@ F0_CONFIG = os.path.join(ROOT, "src", "configs", "dm_nfnet_f0.yaml")
 SIZES = {
     "full": dict(arch="dm_nfnet_f0", train_batch=8, train_size=192, eval_batch=8, eval_size=256, warmup=2, steps=5,
                  num_images=256, pipeline_batch=32, pipeline_epochs=3, pipeline_rounds=3, curve_steps=3,
-                 eval_rounds=2, train_rounds=2, peak_square=2048, settle_s=90),
+                 eval_rounds=1, train_rounds=2, peak_square=2048, settle_s=90),
     "quick": dict(arch="dm_nfnet_nano", train_batch=2, train_size=64, eval_batch=2, eval_size=64, warmup=2, steps=1,
                   num_images=16, pipeline_batch=8, pipeline_epochs=1, pipeline_rounds=2, curve_steps=1,
                   eval_rounds=1, train_rounds=1, peak_square=512, settle_s=0),
@@ -755,7 +755,7 @@ def parse_args(argv=None):
     parser.add_argument("--pipeline-rounds", type=int,
                         help="interleaved rounds of the two pipeline workers (default 3; --quick 2)")
     parser.add_argument("--eval-rounds", type=int,
-                        help="interleaved rounds of the eval-network workers (default 2; --quick 1)")
+                        help="interleaved rounds of the eval-network workers (default 1: their calls take turns)")
     parser.add_argument("--train-rounds", type=int,
                         help="interleaved rounds of the four train workers (default 2; --quick 1)")
     parser.add_argument("--curve-steps", type=int, help="timed steps per curve point (default 3; --quick 1)")
