@@ -551,7 +551,11 @@ def peak_timm(opt):
 
 # ----------------------------------------------------------------------------- driver
 
-SKIPPED = "skipped: over the run's --budget-min {:g}"
+def skipped(keys, opt):
+    """{key: record} of workers not started: under 20 s of the run's --budget-min were left."""
+    print(f"{', '.join(keys)}: skipped, over the run's --budget-min {opt.budget_min:g}", flush=True)
+    return {key: {"ok": False, "error": f"skipped: over the run's --budget-min {opt.budget_min:g}",
+                  "duration_s": 0.0, "result": None} for key in keys}
 
 
 def run_within_budget(name, opt, workdir, timeout, deadline, key=None, args=(), steps=None):
@@ -559,8 +563,7 @@ def run_within_budget(name, opt, workdir, timeout, deadline, key=None, args=(), 
     key = key or name
     left = deadline - time.perf_counter()
     if left < 20:
-        print(f"{key}: skipped, over the run's --budget-min {opt.budget_min:g}", flush=True)
-        return {"ok": False, "error": SKIPPED.format(opt.budget_min), "duration_s": 0.0, "result": None}
+        return skipped([key], opt)[key]
     timeout = min(timeout, left)
     print(f"{key} (timeout {timeout:.0f} s) ...", end=" ", flush=True)
     record = run_worker(name, opt, timeout, workdir, key=key, args=args, steps=steps)
@@ -572,14 +575,12 @@ def run_turns_within_budget(entries, opt, workdir, deadline):
     """{key: record} of ``entries`` ([{name, key, args, steps, timeout}]) run in turns (benchmarks/turns.py),
     their timeouts cut in proportion to fit the time left before ``deadline``; skipped when under 20 s are left."""
     left = deadline - time.perf_counter()
-    keys = ", ".join(entry["key"] for entry in entries)
+    keys = [entry["key"] for entry in entries]
     if left < 20:
-        print(f"{keys}: skipped, over the run's --budget-min {opt.budget_min:g}", flush=True)
-        return {entry["key"]: {"ok": False, "error": SKIPPED.format(opt.budget_min), "duration_s": 0.0,
-                               "result": None} for entry in entries}
+        return skipped(keys, opt)
     scale = min(1.0, left / sum(entry["timeout"] for entry in entries))
     entries = [dict(entry, timeout=entry["timeout"] * scale) for entry in entries]
-    print(f"{keys} in turns ...", flush=True)
+    print(f"{', '.join(keys)} in turns ...", flush=True)
     records = run_in_turns(entries, opt, workdir, lambda entry: run_worker(
         entry["name"], opt, entry["timeout"], workdir, key=entry["key"], args=entry["args"], steps=entry["steps"]))
     for key, record in records.items():
@@ -628,7 +629,7 @@ def run_curves(opt, workdir, deadline, workers):
         entries = []
         for framework, worker in scaling.FRAMEWORKS:
             key = scaling.point_key(framework, batch, size)
-            if key in records or key in (entry["key"] for entry in entries):
+            if key in records:  # the train size's point is in both sweeps
                 continue
             if (batch, size) == (opt.train_batch, opt.train_size) and (workers.get(worker) or {}).get("ok"):
                 records[key] = workers[worker]

@@ -72,10 +72,8 @@ class _Running:
         while not self.finished:
             ready, _, _ = select.select([self.parked_read], [], [], POLL_S)
             if ready:
-                if os.read(self.parked_read, 1) == b"r":
-                    break
-                self.finished = True  # end of file: the worker exited (or died)
-                self.proc.wait()
+                if os.read(self.parked_read, 1) != b"r":
+                    self.stop()  # end of file: the worker exited (or died)
                 break
             self.peak_mb = max(self.peak_mb, group_rss_mb(self.proc.pid))
             self.error = over_limit(self.proc, start - self.active_s, self.timeout, self.peak_mb, opt)
@@ -87,8 +85,7 @@ class _Running:
         try:
             os.write(self.go_write, b"g")
         except BrokenPipeError:  # it died while parked
-            self.finished = True
-            self.proc.wait()
+            self.stop()
             return
         self.turns += 1
         self.run_until_parked(opt)

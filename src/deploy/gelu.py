@@ -30,7 +30,7 @@ from src.models.layers import GammaAct
 from src.models.layers.replace import replace_cells
 
 from .errors import DeployError
-from .onnx_proto import FLOAT, read_model, write_model
+from .onnx_proto import FLOAT
 
 MARKER = "Tanh"
 _CONSTANTS = {"nfnet_gelu_sqrt2": math.sqrt(2.0), "nfnet_gelu_one": 1.0, "nfnet_gelu_half": 0.5,
@@ -82,15 +82,14 @@ def marker_form(network):
     return forms.pop() if forms else "exact"
 
 
-def restore_erf_gelu(path, expected, gelu_form="exact"):
-    """Rewrite the ONNX file at `path`: each of its `expected` Tanh markers becomes the GELU of
-    `gelu_form` (exact: Erf; tanh: its formula)."""
-    model = read_model(path)
+def restore_erf_gelu(model, expected, gelu_form="exact"):
+    """Edit the ONNX `model` (onnx_proto.read_model): each of its `expected` Tanh markers becomes the GELU
+    of `gelu_form` (exact: Erf; tanh: its formula). Returns the count."""
     graph = model.graph
     nodes = list(graph.node)
     markers = [n for n in nodes if n.op_type == MARKER]
     if len(markers) != expected:
-        raise DeployError(f"{path}: {len(markers)} {MARKER} nodes in the exported graph, expected one per GELU "
+        raise DeployError(f"{len(markers)} {MARKER} nodes in the exported graph, expected one per GELU "
                           f"({expected}); a network with its own {MARKER} cannot use the GELU markers")
     if not markers:
         return 0
@@ -110,5 +109,4 @@ def restore_erf_gelu(path, expected, gelu_form="exact"):
             output = y if i == len(steps) - 1 else f"{tag}/gelu_{i}"
             graph.node.add(op_type=op_type, name=f"{tag}/gelu_{op_type.lower()}_{i}", input=inputs, output=[output])
             previous = output
-    write_model(path, model)
     return len(markers)

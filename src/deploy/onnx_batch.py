@@ -11,7 +11,7 @@ support dynamic shape mode"), so the model is traced at a fixed batch and made d
    the per-tensor shape annotations (value_info, all traced at the fixed batch) are dropped;
    ONNX Runtime infers them again at load time.
 
-Step 2 edits the ONNX protobuf through src/deploy/onnx_proto.py (a schema of just the fields
+Step 2 edits the ONNX protobuf read through src/deploy/onnx_proto.py (a schema of just the fields
 the edits touch), so the `onnx` package is not needed.
 """
 from mindspore import nn, ops
@@ -20,7 +20,6 @@ from src.models.layers.replace import replace_cells
 from src.models.layers.squeeze_excite import SqueezeExcite
 from src.models.nfnet import ClassifierHead
 
-from .onnx_proto import read_model, write_model
 
 BATCH_DIM = "batch"
 
@@ -59,13 +58,11 @@ def use_batch_free_cells(network):
                             lambda _name, head: BatchFreeHead(head)))
 
 
-def make_batch_dynamic(path):
-    """Rewrite the ONNX file at `path`: first dimension of every graph input and output -> "batch"."""
-    model = read_model(path)
+def make_batch_dynamic(model):
+    """Edit the ONNX `model` (onnx_proto.read_model): first dimension of every graph input and output -> "batch"."""
     for value in list(model.graph.input) + list(model.graph.output):
         dims = value.type.tensor_type.shape.dim
         if len(dims):
             dims[0].ClearField("dim_value")
             dims[0].dim_param = BATCH_DIM
     del model.graph.value_info[:]
-    write_model(path, model)

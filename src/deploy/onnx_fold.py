@@ -21,7 +21,7 @@ import collections
 
 import numpy as np
 
-from .onnx_proto import FLOAT, read_model, write_model
+from .onnx_proto import FLOAT
 
 
 def scalar_constants(graph):
@@ -65,10 +65,9 @@ def _scale(tensor, factor):
     tensor.raw_data = scaled.astype("<f4").tobytes()
 
 
-def fold_scalar_muls(path):
-    """Rewrite the ONNX file at `path` with every foldable Mul(x, constant scalar) folded into the
-    Conv weights it feeds; return how many Muls went. Constants left unused go too."""
-    model = read_model(path)
+def fold_scalar_muls(model):
+    """Edit the ONNX `model` (onnx_proto.read_model): every foldable Mul(x, constant scalar) folded into
+    the Conv weights it feeds; return how many Muls went. Constants left unused go too."""
     graph = model.graph
     nodes = list(graph.node)
     scalars = scalar_constants(graph)
@@ -100,7 +99,6 @@ def fold_scalar_muls(path):
                                      graph_outputs)
     del graph.node[:]
     graph.node.extend(kept)
-    write_model(path, model)
     return len(folded)
 
 
