@@ -33,8 +33,9 @@ the cores this process may use; torch.set_num_threads and src.run.context.set_cp
   flops     conv and linear MACs per image, counted layer by layer on timm's model and on ours at
             every resolution the run uses (benchmarks/flops.py); train FLOPs = 6 x MACs x batch.
   peak      each framework's float32 matmul GFLOP/s on 2048^3 and on the F0 stage-3 1x1 and grouped
-            3x3 im2col shapes (benchmarks/matmul_peak.py): with the FLOPs, the train and eval rows'
-            GFLOP/s and their share of the peak ("% of the machine's limit") are printed.
+            3x3 im2col shapes (benchmarks/matmul_peak.py), timed in the train rounds' turns: with the
+            FLOPs, the train and eval rows' GFLOP/s and their share of the peak ("% of the machine's
+            limit") are printed.
   curves    train step time and peak RSS against batch size (1-16 at the train size) and resolution
             (128-256 at the train batch), each point a fresh train worker (benchmarks/scaling.py):
             the numbers in results.json, the chart in <output-dir>/scaling.png. Warm-up 2 steps,
@@ -45,7 +46,7 @@ each a fresh process; a row's img/s is the median over all its timed epochs, and
 the rounds is printed, so a load change on a shared machine hits both. The eval-network workers
 (ours, timm eager, channels_last, torch.compile) run --eval-rounds times the same way, their rows
 the medians over every round's timed calls, and so do the four train workers (--train-rounds).
-Within a round, the train workers, the eval-network workers, the two ONNX workers and each curve
+Within a round, the train workers with the two matmul-peak workers, the eval-network workers, the two ONNX workers and each curve
 point's three train forms run in turns (benchmarks/turns.py): alive together, one call at a time, A B C A B C ...,
 so that a change in the machine's speed hits every framework alike.
 
@@ -77,8 +78,9 @@ from benchmarks.lite_cpu import LITE_MISSING, lite_cache, lite_python  # noqa: E
 from benchmarks.report import (collect_metrics, efficiency, format_efficiency, format_rounds,  # noqa: E402
                                format_table, plot_ratios)
 from benchmarks.runner import (ISA_LIMITS, available_cores, machine_info, memory_available_gb,  # noqa: E402
-                               merge_eval_rounds, merge_rounds, merge_train_rounds, run_worker, wait_until_quiet)
-from benchmarks.turns import WorkerTurns, run_in_turns  # noqa: E402
+                               merge_eval_rounds, merge_peak_rounds, merge_rounds, merge_train_rounds, run_worker,
+                               wait_until_quiet)
+from benchmarks.turns import run_in_turns, timed_calls  # noqa: E402
 
 F0_CONFIG = os.path.join(ROOT, "src", "configs", "dm_nfnet_f0.yaml")
 
@@ -116,20 +118,6 @@ BUSY_LOAD = 0.5  # 1-minute load average above which the numbers are flagged as 
 
 def peak_rss_mb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
-
-
-def timed_calls(fn, warmup, steps):
-    """Seconds of each of warmup + steps calls of ``fn``; run in turns (benchmarks/turns.py), each call
-    waits for its turn first."""
-    turns = WorkerTurns.from_environment()
-    times = []
-    for _ in range(warmup + steps):
-        if turns:
-            turns.take()
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return times
 
 
 def summarize(times, warmup, batch):
@@ -539,14 +527,15 @@ def peak_ours(opt):
     from benchmarks.matmul_peak import matmul_shapes, mindspore_rates
 
     mindspore_setup(opt.threads)
-    return mindspore_rates(matmul_shapes(opt.train_batch, opt.train_size, opt.peak_square))
+    return mindspore_rates(matmul_shapes(opt.train_batch, opt.train_size, opt.peak_square), opt.warmup + opt.steps)
 
 
 def peak_timm(opt):
     """PyTorch's float32 torch.matmul GFLOP/s on the same shapes and thread count."""
     from benchmarks.matmul_peak import matmul_shapes, torch_rates
 
-    return torch_rates(matmul_shapes(opt.train_batch, opt.train_size, opt.peak_square), opt.threads)
+    return torch_rates(matmul_shapes(opt.train_batch, opt.train_size, opt.peak_square), opt.threads,
+                       opt.warmup + opt.steps)
 
 
 # ----------------------------------------------------------------------------- driver
@@ -596,12 +585,16 @@ def worker_timeout(name, opt):
 PIPELINES = ("pipeline_ours", "pipeline_timm")
 EVAL_NETWORKS = ("eval_ours", "eval_timm", "eval_timm_cl", "eval_timm_compile")
 TRAINS = ("train_ours", "train_timm", "train_timm_cl", "train_timm_compile")
+PEAKS = ("peak_ours", "peak_timm")
+# the matmul peaks take turns with the train steps they bound: a separate worker's limit was 205-249 GFLOP/s
+# on the same Ice Lake in different runs (issue 29)
+TRAIN_TURNS = PEAKS + TRAINS
 ONNX_ROUTES = ("onnx_ours", "onnx_timm")  # ours and timm's ONNX, each in ONNX Runtime and OpenVINO
 
 
 def run_rounds(group, rounds, merge, names, opt, workdir, deadline, in_turns=False):
     """The workers of `group` that `names` selects, in `rounds` interleaved rounds (the order reversed in
-    odd rounds, so that a load change hits every worker), each merged by `merge(records)`; `in_turns`: each
+    odd rounds, so that a load change hits every worker), each merged by `merge(name, records)`; `in_turns`: each
     round's workers run in turns (benchmarks/turns.py), the round's order the order of their turns. One round
     keeps the worker's own name."""
     members = [name for name in group if name in names]
@@ -618,7 +611,7 @@ def run_rounds(group, rounds, merge, names, opt, workdir, deadline, in_turns=Fal
                                                   key=keys[name]) for name in order}
         for name in order:
             records[name].append(done[keys[name]])
-    return {name: merge(rounds_of_name) for name, rounds_of_name in records.items()}
+    return {name: merge(name, rounds_of_name) for name, rounds_of_name in records.items()}
 
 
 def run_curves(opt, workdir, deadline, workers):
@@ -675,24 +668,25 @@ def drive(opt):
         for name in names:
             if name in PIPELINES:
                 if name not in workers:
-                    workers.update(run_rounds(PIPELINES, opt.pipeline_rounds, merge_rounds, names, opt, workdir,
-                                              deadline))
-            elif name in TRAINS:
+                    workers.update(run_rounds(PIPELINES, opt.pipeline_rounds, lambda _, records: merge_rounds(records),
+                                              names, opt, workdir, deadline))
+            elif name in TRAIN_TURNS:
                 # two AVX2 runs minutes apart (kernels differing in one reduction) measured ours 2.76 and
                 # 2.34 img/s, torch.compile 2.11 and 3.03
                 if name not in workers:
-                    workers.update(run_rounds(TRAINS, opt.train_rounds,
-                                              lambda records: merge_train_rounds(records, opt.train_batch, opt.warmup),
-                                              names, opt, workdir, deadline, in_turns=True))
+                    workers.update(run_rounds(TRAIN_TURNS, opt.train_rounds, lambda name, records: (
+                        merge_peak_rounds(records) if name in PEAKS
+                        else merge_train_rounds(records, opt.train_batch, opt.warmup)),
+                        names, opt, workdir, deadline, in_turns=True))
             elif name in EVAL_NETWORKS:
                 # one slow process decided the eval rows before (5.09 img/s; six later single runs 6.2-7.1)
                 if name not in workers:
                     workers.update(run_rounds(EVAL_NETWORKS, opt.eval_rounds,
-                                              lambda records: merge_eval_rounds(records, opt.eval_batch, opt.warmup),
+                                              lambda _, records: merge_eval_rounds(records, opt.eval_batch, opt.warmup),
                                               names, opt, workdir, deadline, in_turns=True))
             elif name in ONNX_ROUTES:
                 if name not in workers:
-                    workers.update(run_rounds(ONNX_ROUTES, 1, lambda records: records[0], names, opt, workdir, deadline,
+                    workers.update(run_rounds(ONNX_ROUTES, 1, lambda _, records: records[0], names, opt, workdir, deadline,
                                               in_turns=True))
             elif name == "curves":
                 curve_records = run_curves(opt, workdir, deadline, workers)

@@ -12,8 +12,11 @@ matmul rate a framework reaches on this machine bounds the step's GFLOP/s. The s
 
 PyTorch: torch.matmul with torch.set_num_threads(threads). MindSpore: ops.matmul in a Graph-mode
 cell (BatchMatMul for the 3-d shapes), the kernel the project's convolutions run. Each shape is
-timed ``repeats`` times after a warm-up call; its GFLOP/s comes from the fastest call (a limit:
-another process on the cores only slows a call down), the median's is recorded beside it.
+timed ``repeats`` times after a warm-up pass; its GFLOP/s comes from the fastest call (a limit:
+another process on the cores only slows a call down), the median's is recorded beside it. In the
+bench, the two peak workers run in the train rounds' turns, so both rates come from the minutes the
+train steps ran in (this KVM guest's matmul limit measured 205-249 GFLOP/s in separate workers on
+different runs).
 """
 import statistics
 import time
@@ -32,23 +35,41 @@ def gflop(groups, m, k, n):
 
 
 def _rates(shapes, make_run, repeats):
-    """{name: {shape, gflop, gflop_s, median_gflop_s, times_s}} per shape; ``make_run(g, m, k, n)`` -> callable."""
-    from benchmarks.report import significant  # a fixed number of decimals rounds small rates to 0
+    """{name: shape_rate} per shape; ``make_run(g, m, k, n)`` -> callable.
 
-    out = {}
-    for name, groups, m, k, n in shapes:
-        run = make_run(groups, m, k, n)
-        run()  # warm-up: graph compile, allocation
-        times = []
-        for _ in range(repeats):
+    One call is a pass over every shape; the first pass warms up (graph compile, allocation), then
+    ``repeats`` timed passes. In the bench's train turns (benchmarks/turns.py) each pass takes a turn
+    between the train steps, so the limit is measured in the same minutes as the steps it bounds.
+    """
+    from benchmarks.turns import timed_calls
+
+    runs = [(name, [groups, m, k, n], make_run(groups, m, k, n)) for name, groups, m, k, n in shapes]
+    times = {name: [] for name, *_ in runs}
+
+    def one_pass():
+        for name, _, run in runs:
             start = time.perf_counter()
             run()
-            times.append(time.perf_counter() - start)
-        work = gflop(groups, m, k, n)
-        out[name] = {"shape": [groups, m, k, n], "gflop": significant(work),
-                     "gflop_s": significant(work / min(times)),
-                     "median_gflop_s": significant(work / statistics.median(times)), "times_s": times}
-    return out
+            times[name].append(time.perf_counter() - start)
+
+    timed_calls(one_pass, 1, repeats)
+    return {name: shape_rate(shape, times[name][1:]) for name, shape, _ in runs}
+
+
+def shape_rate(shape, times):
+    """{shape, gflop, gflop_s (fastest call), median_gflop_s, times_s} of the timed calls of one shape."""
+    from benchmarks.report import significant  # a fixed number of decimals rounds small rates to 0
+
+    work = gflop(*shape)
+    return {"shape": shape, "gflop": significant(work), "gflop_s": significant(work / min(times)),
+            "median_gflop_s": significant(work / statistics.median(times)), "times_s": times}
+
+
+def merge_peaks(results):
+    """One peak_summary of several rounds' peak_summary results: every shape's timed calls together."""
+    shapes = results[0]["shapes"]
+    return peak_summary({name: shape_rate(shapes[name]["shape"], [t for r in results for t in r["shapes"][name]["times_s"]])
+                         for name in shapes})
 
 
 def peak_summary(rates):

@@ -265,6 +265,19 @@ def merge_train_rounds(records, batch, warmup):
     return merged
 
 
+def merge_peak_rounds(records):
+    """One record for a matmul-peak worker run in several rounds: every round's timed calls of each shape
+    together (matmul_peak.merge_peaks); the rounds' records under "rounds". One round's record as it is."""
+    from benchmarks.matmul_peak import merge_peaks
+
+    if len(records) == 1:
+        return records[0]
+    merged = _merged_record(records)
+    if merged["ok"]:
+        merged["result"] = merge_peaks([record["result"] for record in records])
+    return merged
+
+
 def merge_eval_rounds(records, batch, warmup):
     """One record for an eval-network worker run in several rounds, as merge_rounds does for the pipelines.
 

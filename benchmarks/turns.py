@@ -17,7 +17,7 @@ computes at a time:
   in turns A B A B: 131-168 ms. A 0.1 s pause between turns made OpenVINO's calls vary 104-209 ms.)
 
 A parked worker blocks on a pipe read (no thread of it runs). Each call is still timed by the worker
-itself (bench.timed_calls), and each keeps its own peak memory, timeout (its own active time) and
+itself (timed_calls), and each keeps its own peak memory, timeout (its own active time) and
 memory guard. Before starting another worker, the driver wants the memory the largest of this
 set holds free again; otherwise that worker runs alone afterwards (its record says "turns": false).
 
@@ -49,6 +49,20 @@ class WorkerTurns:
         os.write(self.write_fd, b"r")
         if os.read(self.read_fd, 1) != b"g":
             raise SystemExit("the bench driver is gone")
+
+
+def timed_calls(fn, warmup, steps):
+    """Seconds of each of warmup + steps calls of ``fn``; run in turns (NFNET_BENCH_TURNS set), each call
+    waits for its turn first."""
+    turns = WorkerTurns.from_environment()
+    times = []
+    for _ in range(warmup + steps):
+        if turns:
+            turns.take()
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return times
 
 
 class _Running:

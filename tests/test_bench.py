@@ -52,7 +52,7 @@ def test_quick_run_writes_every_metric_and_the_chart(tmp_path):
         assert abs(row["ratio"] - better) <= 0.01 * better + 0.002, (key, row)  # the ratio of these two (rounded)
     for name, record in results["workers"].items():
         assert record["ok"] and not record["error"], (name, record)
-        if name.startswith(("train_", "eval_", "onnx_", "curve_")):  # each comparison's workers ran in turns
+        if name.startswith(("train_", "peak_", "eval_", "onnx_", "curve_")):  # each comparison's workers ran in turns
             assert record["turns"] and record["turns_taken"] >= results["settings"]["warmup"] + 1, (name, record)
     for field in ("cpu", "cores", "python", "mindspore", "torch", "timm", "numpy"):
         assert results["machine"][field], field

@@ -10,7 +10,8 @@ from benchmarks import flops, matmul_peak, scaling
 from benchmarks.report import efficiency, format_efficiency, format_rounds
 from benchmarks.bench import finite_losses
 from benchmarks.peers import check_form_logits
-from benchmarks.runner import inductor_cache_dir, merge_eval_rounds, merge_rounds, merge_train_rounds, wait_until_quiet
+from benchmarks.runner import (inductor_cache_dir, merge_eval_rounds, merge_peak_rounds, merge_rounds, merge_train_rounds,
+                               wait_until_quiet)
 
 
 def test_layer_macs_of_a_conv_a_grouped_conv_and_a_linear_layer():
@@ -82,6 +83,26 @@ def test_matmul_rates_time_every_shape(framework, graph_mode):
     for name, rate in rates["shapes"].items():
         assert len(rate["times_s"]) == 2 and rate["gflop_s"] > 0 and rate["gflop_s"] >= rate["median_gflop_s"]
     assert rates["best_gflop_s"] == max(rate["gflop_s"] for rate in rates["shapes"].values())
+
+
+def test_peak_rounds_merge_every_timed_call_of_each_shape():
+    def peak(times):  # 2 GFLOP of "a" per call, 1 of "b"
+        rates = {"a": matmul_peak.shape_rate([1, 1000, 1000, 1000], times),
+                 "b": matmul_peak.shape_rate([1, 500, 1000, 1000], [2 * t for t in times])}
+        return _ok(matmul_peak.peak_summary(rates))
+
+    fast, slow = peak([0.01, 0.02, 0.02]), peak([0.04, 0.04, 0.05])
+    merged = merge_peak_rounds([slow, fast])
+    assert merged["ok"] and merged["rounds"] == [slow, fast]
+    rates = merged["result"]["shapes"]
+    assert rates["a"]["times_s"] == [0.04, 0.04, 0.05, 0.01, 0.02, 0.02]
+    assert rates["a"]["gflop_s"] == 200.0 and rates["a"]["median_gflop_s"] == pytest.approx(2 / 0.03, rel=1e-3)
+    assert rates["b"]["gflop_s"] == 50.0
+    assert merged["result"]["best_gflop_s"] == 200.0 and merged["result"]["best_shape"] == "a"
+    assert merge_peak_rounds([fast]) is fast
+    failed = merge_peak_rounds([fast, {"ok": False, "error": "timed out after 90 s", "duration_s": 90.0,
+                                       "result": None}])
+    assert not failed["ok"] and failed["result"] is None and failed["error"] == "timed out after 90 s"
 
 
 def _ok(result, duration=1.0):
