@@ -110,7 +110,9 @@ def _ok(result, duration=1.0):
 
 
 def test_efficiency_gives_gflop_s_and_the_share_of_each_framework_peak():
-    workers = {"peak_ours": _ok({"best_gflop_s": 160.0}), "peak_timm": _ok({"best_gflop_s": 200.0}),
+    workers = {"peak_ours": _ok({"best_gflop_s": 160.0, "shapes": {"a": {"median_gflop_s": 150.0}}}),
+               "peak_timm": _ok({"best_gflop_s": 200.0, "shapes": {"a": {"median_gflop_s": 120.0},
+                                                                   "b": {"median_gflop_s": 100.0}}}),
                "train_ours": _ok({"step_s": 4.0}), "train_timm": _ok({"step_s": 2.0}),
                "eval_ours": _ok({"img_s": 8.0, "b1_ms": 250.0}),
                "eval_timm": {"ok": False, "error": "timed out", "duration_s": 9.0, "result": None}}
@@ -121,11 +123,13 @@ def test_efficiency_gives_gflop_s_and_the_share_of_each_framework_peak():
     assert set(rows) == {"train_ours", "train_timm", "eval_ours", "eval_b1_ours"}  # eval_timm failed
     assert rows["train_ours"]["step_gflop"] == 240.0 and rows["train_ours"]["gflop_s"] == 60.0  # 6 * 5e9 * 8
     assert rows["train_ours"]["of_framework_peak"] == 0.375 and rows["train_ours"]["of_machine_limit"] == 0.3
+    assert eff["median_limit_gflop_s"] == 150.0 and rows["train_ours"]["of_median_limit"] == 0.4
     assert rows["train_timm"]["gflop_s"] == 120.0 and rows["train_timm"]["of_framework_peak"] == 0.6
     assert rows["eval_ours"]["gflop_s"] == 160.0  # 2 * 10e9 * 8 img/s
     assert rows["eval_b1_ours"]["gflop_s"] == 80.0  # 2 * 10e9 / 0.25 s
     text = format_efficiency(eff, {"macs_per_image": {"192": 5e9}, "layers": 82, "ours_equals_timm": True}, settings)
-    assert "5 GMAC per image forward at 192px" in text and "the machine's limit 200.0" in text
+    assert "5 GMAC per image forward at 192px" in text and "the machine's limit 200.0 GFLOP/s (fastest call), " \
+        "150.0 GFLOP/s (median call)" in text
     assert "train b8 192px, ours" in text and "38%" in text and "30%" in text
     assert "train step floor at that limit (b8, 192px): 1.2 s, 6.67 img/s" in text
 
