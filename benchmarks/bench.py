@@ -278,11 +278,13 @@ def train_timm_compile(opt):
 
 
 def _eval_timings(run, batch_size, opt, make_input):
-    """{img_s, b1_ms, per-step seconds} of ``run(input)`` at batch eval_batch and batch 1."""
+    """{img_s, b1_ms, per-step seconds} of ``run(input)`` at batch eval_batch and batch 1; batch 1 times more
+    calls (scaling.point_steps, at most 3x: ONNX Runtime's five b1 calls spread 148-209 ms on the Ice Lake)."""
     out = {}
     for batch in (batch_size, 1):
         x = make_input(batch)
-        times = timed_calls(lambda: run(x, batch), opt.warmup, opt.steps)
+        steps = scaling.point_steps(opt.steps, batch, opt.eval_size, batch_size, opt.eval_size, most=3)
+        times = timed_calls(lambda: run(x, batch), opt.warmup, steps)
         out[f"b{batch}_steps_s"] = times
         if batch == 1:
             out["b1_ms"] = statistics.median(times[opt.warmup:]) * 1000

@@ -49,12 +49,13 @@ def test_workers_in_turns_take_one_turn_per_call(tmp_path):
     records = run_in_turns([entry("train_timm", "a", steps=2), entry("eval_timm", "b")], opt, str(tmp_path),
                            run_alone(opt, str(tmp_path)))
     assert list(records) == ["a", "b"]
-    for key, calls in (("a", opt.warmup + 2), ("b", 2 * (opt.warmup + 1))):  # eval: batch 2, then batch 1
+    # eval: batch 2, then batch 1 with twice the timed calls (scaling.point_steps: half the pixels per call)
+    for key, calls in (("a", opt.warmup + 2), ("b", (opt.warmup + 1) + (opt.warmup + 2))):
         record = records[key]
         assert record["ok"] and record["error"] is None, record
         assert record["turns"] and record["turns_taken"] == calls, record
     assert len(records["a"]["result"]["steps_s"]) == opt.warmup + 2
-    assert len(records["b"]["result"]["b1_steps_s"]) == opt.warmup + 1
+    assert len(records["b"]["result"]["b1_steps_s"]) == opt.warmup + 2
 
 
 @pytest.mark.timeout(600)
