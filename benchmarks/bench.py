@@ -29,7 +29,7 @@ the cores this process may use; torch.set_num_threads and src.run.context.set_cp
             normalize, Mixup/CutMix); timm's create_transform + Mixup in a torch DataLoader.
             Median over timed epochs after a warm-up epoch.
   mindrecord our pipeline over MindRecord vs over the folder (data_pipeline.measure_folder_vs_mindrecord);
-            default run or --only mindrecord.
+            default run (last, after the curves) or --only mindrecord.
   flops     conv and linear MACs per image, counted layer by layer on timm's model and on ours at
             every resolution the run uses (benchmarks/flops.py); train FLOPs = 6 x MACs x batch.
   peak      each framework's float32 matmul GFLOP/s on 2048^3 and on the F0 stage-3 1x1 and grouped
@@ -54,7 +54,7 @@ Each measurement runs in its own subprocess (``bench.py --worker NAME --json-out
 after another, with a timeout; a worker that fails, times out or grows past --max-rss-gb (its
 process group is killed, protecting a shared machine) is reported as such. The whole run keeps
 to --budget-min minutes: a worker's timeout is cut to the time left, and the curve points that
-no longer fit are skipped (the curves run last). Output: a table (ratio > 1: ours better;
+no longer fit are skipped (the curves run last but for MindRecord). Output: a table (ratio > 1: ours better;
 ours/timm for throughput, timm/ours for times and memory), the GFLOP/s block, the curves,
 <output-dir>/results.json (every number, per-step times, machine and versions),
 <output-dir>/results.png (the ratios) and <output-dir>/scaling.png.
@@ -95,7 +95,9 @@ SIZES = {
 }
 WORKERS = ("flops", "peak_ours", "peak_timm", "train_ours", "train_timm", "train_timm_cl", "train_timm_compile",
            "eval_ours", "mindir_ours", "onnx_ours", "lite_ours", "eval_timm", "eval_timm_cl", "eval_timm_compile", "onnx_timm",
-           "pipeline_ours", "pipeline_timm", "mindrecord", "curves")
+           "pipeline_ours", "pipeline_timm", "curves", "mindrecord")
+# MindRecord runs last: it compares our two input routes, not ours with a peer, so the run's --budget-min cuts it
+# before a curve point (the AVX2-limits run at a69841c took 1,671 s and cut the 256 px point's channels_last worker)
 # Left out of --quick: MindRecord's conversion, and torch.compile's Inductor compile (over 10 min for the nano
 # model's eval graph at load 7 on the 2 cores), and MindSpore Lite's route (a Python 3.7 venv that only `make
 # test-lite` makes)
