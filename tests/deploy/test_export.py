@@ -13,6 +13,7 @@ from src.config import ConfigError, load_config
 from src.deploy.binio import mindir_input_shape
 from src.deploy.errors import DeployError
 from src.deploy.export import create_deploy_network, export_network
+from src.deploy.onnx_proto import read_model
 from src.models.layers import ScaledStdConv2d
 
 export_script = importlib.import_module("export")
@@ -114,6 +115,11 @@ def test_onnx_with_a_dynamic_batch_axis_runs_any_batch(tmp_path, nano, nano_ckpt
         errors.append(relative_max_error(logits, nano(ms.Tensor(x)).asnumpy()))
     print(f"dynamic-batch ONNX vs eval network, nano batch 1/3/8: {errors}")
     assert max(errors) <= 5e-6  # measured 4.9e-7, 9.3e-7, 6.2e-7
+    # the squeeze-excite FC pairs are 1x1 convolutions on the pooled (N, C, 1, 1) tensor, as in timm's graph
+    ops = Counter(node.op_type for node in read_model(path).graph.node)
+    convs = sum(isinstance(cell, ScaledStdConv2d) for _, cell in nano.cells_and_names())
+    assert ops["MatMul"] == ops["Transpose"] == 0 and ops["Sigmoid"] > 0
+    assert ops["Conv"] == convs + 2 * ops["Sigmoid"], ops
 
 
 def test_dynamic_batch_is_refused_for_mindir(tmp_path, nano_ckpt):
