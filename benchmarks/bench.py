@@ -46,9 +46,10 @@ each a fresh process; a row's img/s is the median over all its timed epochs, and
 the rounds is printed, so a load change on a shared machine hits both. The eval-network workers
 (ours, timm eager, channels_last, torch.compile) run --eval-rounds times the same way, their rows
 the medians over every round's timed calls, and so do the four train workers (--train-rounds).
-Within a round, the train workers with the two matmul-peak workers, the eval-network workers, the two ONNX workers and each curve
-point's three train forms run in turns (benchmarks/turns.py): alive together, one call at a time, A B C A B C ...,
-so that a change in the machine's speed hits every framework alike.
+Within a round, the train workers with the two matmul-peak workers, the eval-network workers, the two
+ONNX workers and each curve point's three train forms run in turns (benchmarks/turns.py): alive
+together, one call at a time, A B C A B C ..., so that a change in the machine's speed hits every
+framework alike.
 
 Each measurement runs in its own subprocess (``bench.py --worker NAME --json-out FILE``), one
 after another, with a timeout; a worker that fails, times out or grows past --max-rss-gb (its
@@ -690,8 +691,8 @@ def drive(opt):
                                               names, opt, workdir, deadline, in_turns=True))
             elif name in ONNX_ROUTES:
                 if name not in workers:
-                    workers.update(run_rounds(ONNX_ROUTES, 1, lambda _, records: records[0], names, opt, workdir, deadline,
-                                              in_turns=True))
+                    workers.update(run_rounds(ONNX_ROUTES, 1, lambda _, records: records[0], names, opt, workdir,
+                                              deadline, in_turns=True))
             elif name == "curves":
                 curve_records = run_curves(opt, workdir, deadline, workers)
             elif name == "lite_ours" and lite_python() is None:

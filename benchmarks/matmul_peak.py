@@ -68,8 +68,8 @@ def shape_rate(shape, times):
 def merge_peaks(results):
     """One peak_summary of several rounds' peak_summary results: every shape's timed calls together."""
     shapes = results[0]["shapes"]
-    return peak_summary({name: shape_rate(shapes[name]["shape"], [t for r in results for t in r["shapes"][name]["times_s"]])
-                         for name in shapes})
+    times = {name: [t for result in results for t in result["shapes"][name]["times_s"]] for name in shapes}
+    return peak_summary({name: shape_rate(shapes[name]["shape"], times[name]) for name in shapes})
 
 
 def peak_summary(rates):
