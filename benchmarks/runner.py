@@ -228,6 +228,17 @@ def _merged_record(records):
             "rounds": records}
 
 
+def _merge_results(records, combine):
+    """One round's record as it is; else the rounds' record with ``combine(results)`` as its result when
+    every round is ok."""
+    if len(records) == 1:
+        return records[0]
+    merged = _merged_record(records)
+    if merged["ok"]:
+        merged["result"] = combine([record["result"] for record in records])
+    return merged
+
+
 def merge_rounds(records):
     """One record for a worker run in several rounds (the pipelines): ok when every round is.
 
@@ -250,19 +261,16 @@ def merge_train_rounds(records, batch, warmup):
     rounds_img_s, each round's own; steps_s, every step; peak_rss_mb, the largest round's; the first
     round's other fields (losses, form, ...). One round's record is returned as it is.
     """
-    if len(records) == 1:
-        return records[0]
-    merged = _merged_record(records)
-    if merged["ok"]:
-        results = [record["result"] for record in records]
+    def combine(results):
         step_s = statistics.median([t for r in results for t in r["steps_s"][warmup:]])
-        merged["result"] = {**results[0], "step_s": step_s, "img_s": batch / step_s,
-                            "first_step_s": statistics.median(r["first_step_s"] for r in results),
-                            "compile_s": statistics.median(r["compile_s"] for r in results),
-                            "steps_s": [t for r in results for t in r["steps_s"]],
-                            "rounds_img_s": [r["img_s"] for r in results],
-                            "peak_rss_mb": max(r["peak_rss_mb"] for r in results)}
-    return merged
+        return {**results[0], "step_s": step_s, "img_s": batch / step_s,
+                "first_step_s": statistics.median(r["first_step_s"] for r in results),
+                "compile_s": statistics.median(r["compile_s"] for r in results),
+                "steps_s": [t for r in results for t in r["steps_s"]],
+                "rounds_img_s": [r["img_s"] for r in results],
+                "peak_rss_mb": max(r["peak_rss_mb"] for r in results)}
+
+    return _merge_results(records, combine)
 
 
 def merge_peak_rounds(records):
@@ -270,12 +278,7 @@ def merge_peak_rounds(records):
     together (matmul_peak.merge_peaks); the rounds' records under "rounds". One round's record as it is."""
     from benchmarks.matmul_peak import merge_peaks
 
-    if len(records) == 1:
-        return records[0]
-    merged = _merged_record(records)
-    if merged["ok"]:
-        merged["result"] = merge_peaks([record["result"] for record in records])
-    return merged
+    return _merge_results(records, merge_peaks)
 
 
 def merge_eval_rounds(records, batch, warmup):
@@ -285,15 +288,11 @@ def merge_eval_rounds(records, batch, warmup):
     first `warmup` calls left out); rounds_img_s and rounds_b1_ms, each round's own; b{batch}_steps_s and
     b1_steps_s, every timed call; peak_rss_mb, the largest round's. One round's record is returned as it is.
     """
-    if len(records) == 1:
-        return records[0]
-    merged = _merged_record(records)
-    if merged["ok"]:
-        results = [record["result"] for record in records]
+    def combine(results):
         steps = {n: [t for r in results for t in r[f"b{n}_steps_s"][warmup:]] for n in (batch, 1)}
-        merged["result"] = {"img_s": batch / statistics.median(steps[batch]),
-                            "b1_ms": statistics.median(steps[1]) * 1000,
-                            f"b{batch}_steps_s": steps[batch], "b1_steps_s": steps[1],
-                            "rounds_img_s": [r["img_s"] for r in results], "rounds_b1_ms": [r["b1_ms"] for r in results],
-                            "peak_rss_mb": max(r["peak_rss_mb"] for r in results)}
-    return merged
+        return {"img_s": batch / statistics.median(steps[batch]), "b1_ms": statistics.median(steps[1]) * 1000,
+                f"b{batch}_steps_s": steps[batch], "b1_steps_s": steps[1],
+                "rounds_img_s": [r["img_s"] for r in results], "rounds_b1_ms": [r["b1_ms"] for r in results],
+                "peak_rss_mb": max(r["peak_rss_mb"] for r in results)}
+
+    return _merge_results(records, combine)
