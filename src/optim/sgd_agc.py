@@ -106,29 +106,6 @@ def _sgd_agc_step_dense(apply_momentum, lr, momentum, nesterov, clipping, eps, w
     return _momentum_step(apply_momentum, lr, momentum, nesterov, param, buf, grad)
 
 
-_sgd_agc_step_fused = C.MultitypeFuncGraph("sgd_agc_step_fused")
-
-
-@_sgd_agc_step_fused.register("Function", "Tensor", "Tensor", "Tensor", "Tensor", "Tensor")
-def _sgd_agc_step_fused_dense(update_kernel, hyper, consts, param, buf, grad):
-    """_sgd_agc_step_dense as one fused CPU kernel that writes param and buf in place (one pass).
-
-    consts = [clipping (0: not clipped), eps, weight decay (0: not decayed), whole-tensor norm,
-    Nesterov] of this parameter; hyper = [lr, lr * momentum, momentum] of this step.
-    """
-    return update_kernel(grad, param, buf, consts, hyper)
-
-
-_sgd_agc_ema_step_fused = C.MultitypeFuncGraph("sgd_agc_ema_step_fused")
-
-
-@_sgd_agc_ema_step_fused.register("Function", "Tensor", "Tensor", "Tensor", "Tensor", "Tensor", "Tensor",
-                                  "Tensor")
-def _sgd_agc_ema_step_fused_dense(update_kernel, hyper, ema_decays, consts, param, buf, grad, average):
-    """_sgd_agc_step_fused_dense, then average = average * decay + param * (1 - decay) in the same pass."""
-    return update_kernel(grad, param, buf, consts, hyper, average, ema_decays)
-
-
 _scale_grad = C.MultitypeFuncGraph("scale_grad")
 
 
@@ -219,11 +196,11 @@ class SGDAGC(nn.Optimizer):
         self.apply_momentum = ops.ApplyMomentum()
         self.update_kernel = fused_update_kernel("sgd_agc", fused)
         self.kernel_consts = None
-        if self.update_kernel is not None:
-            self.kernel_consts = tuple(
-                Tensor([self.clipping if clip else 0.0, self.eps, self.wd if decay else 0.0,
-                        float(_is_vector_like(p.shape)), float(self.nesterov)], mindspore.float32)
-                for p, clip, decay in zip(self._parameters, self.clip_flags, self.decay_flags))
+        if self.update_kernel is not None:  # one row per parameter, in order (cpu_kernels.cc: SgdAgcUpdate)
+            self.kernel_consts = Tensor(
+                [[self.clipping if clip else 0.0, self.eps, self.wd if decay else 0.0,
+                  float(_is_vector_like(p.shape)), float(self.nesterov)]
+                 for p, clip, decay in zip(self._parameters, self.clip_flags, self.decay_flags)], mindspore.float32)
         self.folds_grad_scale = self.update_kernel is not None
 
     @mindspore.jit
@@ -238,12 +215,11 @@ class SGDAGC(nn.Optimizer):
             else:  # ones * scale: scale in lr's shape, the same float32 value
                 hyper = ops.stack([lr, lr * self.momentum, ops.full_like(lr, self.momentum),
                                    ops.full_like(lr, 1.0) * ops.cast(grad_scale, mindspore.float32)])
+            # all parameters in one launch: one graph node, not one per parameter (233 on F0)
             if averages is not None:
-                step = ops.partial(_sgd_agc_ema_step_fused, self.update_kernel, hyper, ema_decays)
-                return self.hyper_map(step, self.kernel_consts, self._parameters, self.moments, gradients,
-                                      averages)
-            step = ops.partial(_sgd_agc_step_fused, self.update_kernel, hyper)
-            return self.hyper_map(step, self.kernel_consts, self._parameters, self.moments, gradients)
+                return self.update_kernel(self.kernel_consts, hyper, *gradients, *self._parameters, *self.moments,
+                                          ema_decays, *averages)
+            return self.update_kernel(self.kernel_consts, hyper, *gradients, *self._parameters, *self.moments)
         if grad_scale is not None:
             gradients = self.hyper_map(ops.partial(_scale_grad, grad_scale), gradients)
         step = ops.partial(_sgd_agc_step, self.apply_momentum, lr, self.momentum, self.nesterov,

@@ -182,9 +182,16 @@ def _calls(rng):
     hyper = np.array([0.1, 0.1 * 0.9, 0.9], f32)  # lr, lr * momentum, momentum
     for clipping, whole, nesterov in [(0.01, 0, 1), (0.01, 0, 0), (0.0, 0, 1), (0.01, 1, 1)]:
         grad = normal(17, 3, 3, 5) * np.linspace(0.001, 3, 17, dtype=f32).reshape(17, 1, 1, 1)  # some rows clip
-        consts = np.array([clipping, 1e-3, 5e-5, whole, nesterov], f32)
+        consts = np.array([[clipping, 1e-3, 5e-5, whole, nesterov]], f32)
         calls.append((f"sgd_agc{clipping, whole, nesterov}", "SgdAgcUpdate",
-                      [grad, normal(17, 3, 3, 5), normal(17, 3, 3, 5), consts, hyper, _out(1)], 5))
+                      [consts, hyper, grad, normal(17, 3, 3, 5), normal(17, 3, 3, 5), _out(1)], 3))
+    # three parameters in one launch, unscaled and with their EMA averages: the split between threads
+    shapes = [(9, 4, 3, 3), (5,), (3000, 7)]
+    consts = np.array([[0.01, 1e-3, 5e-5, 0, 1], [0.01, 1e-3, 0, 1, 1], [0.0, 1e-3, 5e-5, 0, 1]], f32)
+    tensors = [[normal(*shape) for shape in shapes] for _ in range(4)]  # grads, params, bufs, averages
+    calls.append(("sgd_agc_ema3", "SgdAgcUpdate", [consts, np.array([0.1, 0.09, 0.9, 0.5], f32), *tensors[0],
+                                                   *tensors[1], *tensors[2], np.array([0.99, 0.01], f32),
+                                                   *tensors[3], _out(1)], 5))
     calls.append(("ema", "EmaUpdate", [normal(40_003), normal(40_003), np.array([0.999, 0.001], f32), _out(1)], 3))
     finite = normal(200_001)
     finite[7] = np.finfo(f32).max

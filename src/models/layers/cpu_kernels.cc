@@ -551,47 +551,24 @@ extern "C" int ChannelsToNCHWBiasBackward(int nparam, void **params, int *ndims,
   return 0;
 }
 
-// One SGD-AGC step of one parameter (src/optim/sgd_agc.py), in place, one pass per unit:
+// One SGD-AGC step (src/optim/sgd_agc.py) of one unit (row) of a parameter, in place:
 //   max_norm = clipping * max(||W_i||, eps); G_i *= max_norm / max(||G_i||, 1e-6) where ||G_i|| > max_norm;
 //   g = G + wd * W;  buf = momentum * buf + g;
 //   Nesterov: W = (W - lr * momentum * buf) - lr * g;  heavy ball: W = W - lr * buf.
 // The same arithmetic, in the same order, as AGC + weight decay followed by MindSpore's
-// ApplyMomentum(W, buf, lr * momentum, g, momentum) and W -= lr * g; but W and buf are written
-// where they are (the op is marked side_effect_mem), so no parameter-sized temporary exists.
-// params: grad, param, buf (any shape; rows = the first axis, or 1 when consts[3] asks for one
-// whole-tensor norm), consts (5,) = [clipping (<= 0: off), eps, wd, whole tensor (0/1),
-// Nesterov (0/1)], hyper (3,) = [lr, lr * momentum, momentum] or (4,) with the gradient's scale
-// (1 / loss scale) last, out (1,) = 0. With the scale, G is grad * scale, the product LossScaler.unscale
-// forms, taken here instead of in a gradient-sized Mul pass before the kernel (bit-identical).
-// With two more inputs before out, average (param's shape) and decay (2,) = [decay, 1 - decay], the
-// EMA update of EmaUpdate follows in the same pass on the new W (src/trainers/ema.py; the same bits
-// as EmaUpdate after the step, one read of W and one launch fewer).
-extern "C" int SgdAgcUpdate(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
-                            void *, void *) {
-  if ((nparam != 6 && nparam != 8) || !all_float32(nparam, dtypes)) return 1;
-  float *average = nparam == 8 ? output(params, 5) : nullptr;
-  const float ema_decay = nparam == 8 ? input(params, 6)[0] : 0.0f, ema_rest = nparam == 8 ? input(params, 6)[1] : 0.0f;
-  const float *grad = input(params, 0);
-  float *param = output(params, 1);
-  float *buf = output(params, 2);
-  const float *consts = input(params, 3);
-  const float *hyper = input(params, 4);
-  const float clipping = consts[0], eps = consts[1], wd = consts[2];
-  const bool nesterov = consts[4] != 0.0f;
-  const float lr = hyper[0], lr_momentum = hyper[1], momentum = hyper[2];
-  const float scale = numel(ndims[4], shapes[4]) >= 4 ? hyper[3] : 1.0f;  // x * 1 is x: the same bits
-  const int64_t n = numel(ndims[0], shapes[0]);
-  const int64_t rows = (consts[3] != 0.0f || ndims[0] == 0) ? 1 : shapes[0][0];
-  const int64_t k = n / rows;
-  parallel_for(rows, [&](int64_t r) {
-    const float *gr = grad + r * k;
-    float *pr = param + r * k;
-    float *br = buf + r * k;
+// ApplyMomentum(W, buf, lr * momentum, g, momentum) and W -= lr * g. G is grad * scale (1 / loss
+// scale, or 1: x * 1 is x), the product LossScaler.unscale forms, taken here instead of in a
+// gradient-sized Mul pass (bit-identical). With an average, the EMA update of EmaUpdate follows on
+// the new W while its row is in cache (src/trainers/ema.py; the same bits as EmaUpdate after the step).
+struct SgdAgcStep {
+  float clipping, eps, wd;
+  bool nesterov;
+  float lr, lr_momentum, momentum, scale, ema_decay, ema_rest;
+
+  void row(const float *gr, float *pr, float *br, float *ar, int64_t k) const {
     float factor = 1.0f;
     if (clipping > 0.0f) {
-      // the reference capture's `scale` read into a register: read through the closure, the
-      // reduction stayed scalar with -march=x86-64-v3 (AVX2), while AVX-512 vectorized it
-      const float s = scale;
+      const float s = scale;  // a local: read through `this`, AVX2 builds kept the reduction scalar
       double gsq = 0.0, psq = 0.0;
 #pragma omp simd reduction(+ : gsq, psq)
       for (int64_t j = 0; j < k; ++j) {
@@ -603,25 +580,92 @@ extern "C" int SgdAgcUpdate(int nparam, void **params, int *ndims, int64_t **sha
       const float gnorm = static_cast<float>(std::sqrt(gsq));
       if (gnorm > max_norm) factor = max_norm / std::max(gnorm, 1e-6f);
     }
+    const float s = scale, w = wd, l = lr, lm = lr_momentum, m = momentum;
     if (nesterov) {
 #pragma omp simd
       for (int64_t j = 0; j < k; ++j) {
-        const float g = (gr[j] * scale) * factor + wd * pr[j];
-        const float b = br[j] * momentum + g;
+        const float g = (gr[j] * s) * factor + w * pr[j];
+        const float b = br[j] * m + g;
         br[j] = b;
-        pr[j] = (pr[j] - lr_momentum * b) - lr * g;
+        pr[j] = (pr[j] - lm * b) - l * g;
       }
     } else {
 #pragma omp simd
       for (int64_t j = 0; j < k; ++j) {
-        const float b = br[j] * momentum + ((gr[j] * scale) * factor + wd * pr[j]);
+        const float b = br[j] * m + ((gr[j] * s) * factor + w * pr[j]);
         br[j] = b;
-        pr[j] = pr[j] - lr * b;
+        pr[j] = pr[j] - l * b;
       }
     }
-    if (average != nullptr) {  // W's row is still in cache
-      float *ar = average + r * k;
-      for (int64_t j = 0; j < k; ++j) ar[j] = ar[j] * ema_decay + pr[j] * ema_rest;
+    if (ar != nullptr) {
+      const float d = ema_decay, r = ema_rest;
+      for (int64_t j = 0; j < k; ++j) ar[j] = ar[j] * d + pr[j] * r;
+    }
+  }
+};
+
+// The SGD-AGC step of all m parameters of an optimizer in one launch (per parameter it was one
+// launch each, 233 on F0, and 233 nodes for the graph compiler). Each parameter's units are its rows
+// (the first axis), or one unit when its consts ask for a whole-tensor norm; the units of all
+// parameters are split between the threads by element count, so small and large tensors balance.
+// params: consts (m, 5) = per parameter [clipping (<= 0: off), eps, wd, whole tensor (0/1), Nesterov
+// (0/1)]; hyper (3,) = [lr, lr * momentum, momentum] or (4,) with the gradient's scale last; grad_0 ...
+// grad_{m-1}; param_0 ...; buf_0 ... (each param's shape); then, with the EMA, decay (2,) = [decay,
+// 1 - decay] and average_0 ...; out (1,) = 0. Params, bufs and averages are written in place.
+extern "C" int SgdAgcUpdate(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
+                            void *, void *) {
+  if (nparam < 6 || ndims[0] != 2 || shapes[0][1] != 5 || !all_float32(nparam, dtypes)) return 1;
+  const int64_t m = shapes[0][0];
+  const bool ema = nparam == 4 * m + 4;
+  if (m < 1 || (!ema && nparam != 3 * m + 3)) return 1;
+  const float *consts = input(params, 0);
+  const float *hyper = input(params, 1);
+  SgdAgcStep step{};
+  step.lr = hyper[0];
+  step.lr_momentum = hyper[1];
+  step.momentum = hyper[2];
+  step.scale = numel(ndims[1], shapes[1]) >= 4 ? hyper[3] : 1.0f;
+  const int first = 2;  // grad_0
+  const int averages = ema ? first + 3 * static_cast<int>(m) + 1 : 0;
+  if (ema) {
+    step.ema_decay = input(params, averages - 1)[0];
+    step.ema_rest = input(params, averages - 1)[1];
+  }
+  std::vector<int64_t> start(static_cast<size_t>(m) + 1, 0), rows(static_cast<size_t>(m));
+  for (int64_t i = 0; i < m; ++i) {
+    const int g = first + static_cast<int>(i);
+    for (int other : {g + static_cast<int>(m), g + 2 * static_cast<int>(m)}) {
+      if (numel(ndims[other], shapes[other]) != numel(ndims[g], shapes[g])) return 1;
+    }
+    if (ema && numel(ndims[averages + i], shapes[averages + i]) != numel(ndims[g], shapes[g])) return 1;
+    const int64_t n = numel(ndims[g], shapes[g]);
+    rows[i] = (consts[i * 5 + 3] != 0.0f || ndims[g] == 0 || n == 0) ? 1 : shapes[g][0];
+    start[i + 1] = start[i] + n;
+  }
+  const int64_t total = start[m];
+  const int parts = threads();
+  parallel_for(parts, [&](int64_t t) {
+    // this thread's units: those whose first element lies in [lo, hi) of all parameters' elements
+    const int64_t lo = total * t / parts, hi = total * (t + 1) / parts;
+    for (int64_t i = 0; i < m; ++i) {
+      if (start[i + 1] <= lo || start[i] >= hi) continue;
+      const int64_t n = start[i + 1] - start[i], k = n / rows[i];
+      if (k == 0) continue;
+      const int64_t r0 = std::max<int64_t>(0, (lo - start[i] + k - 1) / k);
+      const int64_t r1 = std::min(rows[i], (hi - start[i] + k - 1) / k);
+      SgdAgcStep own = step;
+      own.clipping = consts[i * 5 + 0];
+      own.eps = consts[i * 5 + 1];
+      own.wd = consts[i * 5 + 2];
+      own.nesterov = consts[i * 5 + 4] != 0.0f;
+      const int g = first + static_cast<int>(i);
+      const float *grad = input(params, g);
+      float *param = output(params, g + static_cast<int>(m));
+      float *buf = output(params, g + 2 * static_cast<int>(m));
+      float *average = ema ? output(params, averages + static_cast<int>(i)) : nullptr;
+      for (int64_t r = r0; r < r1; ++r) {
+        own.row(grad + r * k, param + r * k, buf + r * k, average ? average + r * k : nullptr, k);
+      }
     }
   });
   output(params, nparam - 1)[0] = 0.0f;

@@ -258,9 +258,11 @@ def _in_place(name):
 
 
 def sgd_agc_update_op():
-    """SgdAgcUpdate(grad, param, momentum buffer, consts (5,), hyper (3,) or (4,)): one SGD-AGC step written
-    into param and buffer (the arithmetic of src/optim/sgd_agc.py; consts and hyper in cpu_kernels.cc; a 4th
-    hyper entry multiplies the gradient first: the loss scale's unscale, folded in)."""
+    """SgdAgcUpdate(consts (m, 5), hyper (3,) or (4,), grad_0..m-1, param_0..m-1, buf_0..m-1[, decay (2,),
+    average_0..m-1]): one SGD-AGC step of all m parameters in one launch, written into the params and
+    buffers (the arithmetic of src/optim/sgd_agc.py; consts and hyper in cpu_kernels.cc; a 4th hyper entry
+    multiplies the gradients first: the loss scale's unscale, folded in; with decay, each EMA average
+    follows its weight in the same pass)."""
     return _in_place("SgdAgcUpdate")
 
 
