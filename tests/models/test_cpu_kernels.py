@@ -8,7 +8,7 @@ from src.deploy.export import create_deploy_network
 from src.models.layers import GammaAct, ScaledStdConv2d, apply_fast_forms, cpu_kernels
 from src.models.layers.activations import ScaledGELU
 from src.models.layers.conv2d_same import Conv2dSame, Im2ColConv2dSame
-from src.models.layers.rowwise import mul_rows
+from src.models.layers.rowwise import MeanHW, MulRows, mul_rows
 from src.models.layers.std_conv import WeightStandardization
 
 from live_weights import live_nano
@@ -101,7 +101,7 @@ def test_exported_networks_use_no_fused_kernels():
     kinds = {type(c) for _, c in deployed.cells_and_names()}
     assert GammaAct in kinds and Conv2dSame not in kinds  # plain GELU, folded convolutions
     assert not kinds & {cpu_kernels.FusedScaledGELU, cpu_kernels.FusedWeightStandardization,
-                        cpu_kernels.FusedConv2dSame, cpu_kernels.FusedMulRows}
+                        cpu_kernels.FusedConv2dSame, cpu_kernels.FusedMulRows, cpu_kernels.FusedMeanHW}
     x = ms.Tensor(np.random.default_rng(2).standard_normal((1, 3, 64, 64)).astype(np.float32))
     net.set_train(False)
     want = net(x).asnumpy()
@@ -205,6 +205,28 @@ def test_fused_mul_rows_matches_operator_form_and_its_gradient():
     for g, w in zip(got, want):
         assert g.shape == w.shape
         np.testing.assert_allclose(g.asnumpy(), w.asnumpy(), rtol=0, atol=5e-6)  # measured 1.2e-6
+
+
+def test_fused_squeeze_mean_and_channel_scale_match_operator_forms_on_nchw_without_reshapes():
+    # the SE's squeeze (N, C) and its gate on the 4-D tensor itself, forward and gradients
+    rng = np.random.default_rng(4)
+    x = ms.Tensor(rng.standard_normal((3, 5, 7, 9)).astype(np.float32) + 0.5)
+    gate = ms.Tensor(rng.standard_normal((3, 5)).astype(np.float32))
+    dmean = ms.Tensor(rng.standard_normal((3, 5)).astype(np.float32))
+    dout = ms.Tensor(rng.standard_normal((3, 5, 7, 9)).astype(np.float32))
+    plain_mean, plain_mul = MeanHW(), MulRows()
+    fused_mean, fused_mul = cpu_kernels.FusedMeanHW(), cpu_kernels.FusedMulRows()
+    got, want = fused_mean(x), plain_mean(x)
+    assert got.shape == want.shape == (3, 5)
+    np.testing.assert_allclose(got.asnumpy(), want.asnumpy(), rtol=0, atol=1e-6)
+    np.testing.assert_allclose(got.asnumpy(), x.asnumpy().astype(np.float64).mean((2, 3)), rtol=0, atol=1e-6)
+    # the mean's gradient: dmean / (H * W) everywhere, the operator form's division
+    np.testing.assert_array_equal(ms.vjp(fused_mean, x)[1](dmean)[0].asnumpy(),
+                                  ms.vjp(plain_mean, x)[1](dmean)[0].asnumpy())
+    np.testing.assert_array_equal(fused_mul(x, gate).asnumpy(), plain_mul(x, gate).asnumpy())
+    for g, w in zip(ms.vjp(fused_mul, x, gate)[1](dout), ms.vjp(plain_mul, x, gate)[1](dout)):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g.asnumpy(), w.asnumpy(), rtol=0, atol=5e-6)
 
 
 @pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan])

@@ -33,7 +33,8 @@ THREADS = 2  # the pool splits every kernel into two chunks on both sides (emula
 KERNELS = {"ScaledGeluForward", "ScaledGeluBackward", "ScaledTanhGeluForward", "ScaledTanhGeluBackward",
            "WeightStandardizeForward", "WeightStandardizeBackward",
            "Im2ColSame", "Col2ImSame", "ChannelsToNCHWBias", "ChannelsToNCHWBiasBackward", "SgdAgcUpdate",
-           "EmaUpdate", "AllFinite", "MulRows", "MulRowsBackward"}  # every kernel but the oneDNN ones
+           "EmaUpdate", "AllFinite", "MulRows", "MulRowsBackward", "MeanRows",
+           "MeanRowsBackward"}  # every kernel but the oneDNN ones
 
 
 def _needs(*tools):
@@ -204,13 +205,17 @@ def _calls(rng):
     rows, factor, dout = normal(6, 50), normal(6, 1), normal(6, 50)
     calls += [("mul_rows", "MulRows", [rows, factor, _out(6, 50)], 2),
               ("mul_rows_grad", "MulRowsBackward", [rows, factor, dout, _out(6, 50), _out(6, 1)], 3)]
+    nchw, gate, dmean = normal(3, 5, 7, 9), normal(3, 5), normal(3, 5)  # an SE's squeeze and gate on NCHW
+    calls += [("mul_rows_nchw", "MulRows", [nchw, gate, _out(3, 5, 7, 9)], 2),
+              ("mean_rows", "MeanRows", [nchw, _out(3, 5)], 1),
+              ("mean_rows_grad", "MeanRowsBackward", [nchw, dmean, _out(3, 5, 7, 9)], 2)]
     return calls
 
 
 # Kernels whose every output element is one IEEE operation (or a copy) of the inputs, or a sum in a
 # fixed order: the same bits on any CPU. The others reduce with vector-width-dependent order or
 # contract to FMA differently (NEON 4 lanes, AVX2 8, AVX-512 16): float32 rounding apart.
-EXACT = {"Im2ColSame", "Col2ImSame", "ChannelsToNCHWBias", "MulRows", "AllFinite"}
+EXACT = {"Im2ColSame", "Col2ImSame", "ChannelsToNCHWBias", "MulRows", "AllFinite", "MeanRowsBackward"}
 
 
 def test_aarch64_kernels_equal_the_x86_kernels_mindspore_runs(builds, tmp_path, fused_kernels):

@@ -741,15 +741,24 @@ extern "C" int AllFiniteMulti(int nparam, void **params, int *ndims, int64_t **s
   return 0;
 }
 
-// rows (r, k) times factor (r, 1): one scale per row (SE gates, stochastic-depth masks).
-// params: rows, factor, out.
+// x times one factor per row: x viewed as (R, K) with R = the factor's element count (an (R, 1)
+// factor, or (N, C) for an NCHW x: its channels are the rows, so no reshape copies x around the
+// call); SE gates, stochastic-depth masks. params: x, factor, out (x's shape).
+static bool rows_of(int ndim, const int64_t *shape, int64_t rows, int64_t *k) {
+  const int64_t n = numel(ndim, shape);
+  if (rows <= 0 || n % rows != 0) return false;
+  *k = n / rows;
+  return true;
+}
+
 extern "C" int MulRows(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *,
                        void *) {
-  if (nparam != 3 || !all_float32(3, dtypes) || ndims[0] != 2) return 1;
+  int64_t k = 0;
+  const int64_t rows = nparam == 3 ? numel(ndims[1], shapes[1]) : 0;
+  if (nparam != 3 || !all_float32(3, dtypes) || !rows_of(ndims[0], shapes[0], rows, &k)) return 1;
   const float *x = input(params, 0);
   const float *factor = input(params, 1);
   float *out = output(params, 2);
-  const int64_t rows = shapes[0][0], k = shapes[0][1];
   parallel_for(rows, [&](int64_t r) {
     const float f = factor[r];
     const float *src = x + r * k;
@@ -759,17 +768,18 @@ extern "C" int MulRows(int nparam, void **params, int *ndims, int64_t **shapes, 
   return 0;
 }
 
-// Backward of MulRows: drows = dout * factor, dfactor = row sums of dout * rows.
-// params: rows, factor, dout, drows, dfactor.
+// Backward of MulRows: dx = dout * factor, dfactor = row sums of dout * x.
+// params: x, factor, dout, dx, dfactor.
 extern "C" int MulRowsBackward(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
                                void *, void *) {
-  if (nparam != 5 || !all_float32(5, dtypes) || ndims[0] != 2) return 1;
+  int64_t k = 0;
+  const int64_t rows = nparam == 5 ? numel(ndims[1], shapes[1]) : 0;
+  if (nparam != 5 || !all_float32(5, dtypes) || !rows_of(ndims[0], shapes[0], rows, &k)) return 1;
   const float *x = input(params, 0);
   const float *factor = input(params, 1);
   const float *dout = input(params, 2);
   float *dx = output(params, 3);
   float *dfactor = output(params, 4);
-  const int64_t rows = shapes[0][0], k = shapes[0][1];
   parallel_for(rows, [&](int64_t r) {
     const float f = factor[r];
     const float *xr = x + r * k;
@@ -782,6 +792,45 @@ extern "C" int MulRowsBackward(int nparam, void **params, int *ndims, int64_t **
       sum += static_cast<double>(dr[j]) * xr[j];
     }
     dfactor[r] = static_cast<float>(sum);
+  });
+  return 0;
+}
+
+// The mean of each row of x viewed as (R, K), R = the output's element count: an NCHW tensor's mean
+// over H and W as (N, C), the SE squeeze (sum in float64, then one float32 division by K, as
+// ReduceMean's sum / count). params: x, out.
+extern "C" int MeanRows(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *,
+                        void *) {
+  int64_t k = 0;
+  const int64_t rows = nparam == 2 ? numel(ndims[1], shapes[1]) : 0;
+  if (nparam != 2 || !all_float32(2, dtypes) || !rows_of(ndims[0], shapes[0], rows, &k)) return 1;
+  const float *x = input(params, 0);
+  float *out = output(params, 1);
+  const float count = static_cast<float>(k);
+  parallel_for(rows, [&](int64_t r) {
+    const float *xr = x + r * k;
+    double sum = 0.0;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t j = 0; j < k; ++j) sum += xr[j];
+    out[r] = static_cast<float>(sum) / count;
+  });
+  return 0;
+}
+
+// Backward of MeanRows: dx[r, j] = dout[r] / K, one pass (the operator form tiles dout to x's shape,
+// then divides the tiled tensor: two passes and a temporary). params: x (its shape only), dout, dx.
+extern "C" int MeanRowsBackward(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
+                                void *, void *) {
+  int64_t k = 0;
+  const int64_t rows = nparam == 3 ? numel(ndims[1], shapes[1]) : 0;
+  if (nparam != 3 || !all_float32(3, dtypes) || !rows_of(ndims[0], shapes[0], rows, &k)) return 1;
+  const float *dout = input(params, 1);
+  float *dx = output(params, 2);
+  const float count = static_cast<float>(k);
+  parallel_for(rows, [&](int64_t r) {
+    const float v = dout[r] / count;
+    float *o = dx + r * k;
+    for (int64_t j = 0; j < k; ++j) o[j] = v;
   });
   return 0;
 }

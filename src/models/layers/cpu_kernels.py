@@ -32,7 +32,7 @@ from src.atomic import atomic_path
 
 from .activations import GammaAct
 from .conv2d_same import Conv2dSame, same_padding
-from .rowwise import MulRows
+from .rowwise import MeanHW, MulRows
 from .std_conv import WeightStandardization
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "cpu_kernels.cc")
@@ -225,10 +225,10 @@ class FusedWeightStandardization(WeightStandardization):
 
 
 class FusedMulRows(MulRows):
-    """rows (R, K) times factor (R, 1) and its gradient, one pass each (rowwise.mul_rows fused).
+    """x (R rows of K) times factor (R) and its gradient, one pass each (rowwise.MulRows fused).
 
     The operator form broadcasts the factor to an (R, K) tensor that the graph keeps for the
-    backward; here only the two inputs are kept.
+    backward; here only the two inputs are kept, and an NCHW x needs no reshape (no copy).
     """
 
     def __init__(self):
@@ -236,11 +236,34 @@ class FusedMulRows(MulRows):
         self.forward = _custom("MulRows", lambda x, f: x, lambda x, f: x)
         self.backward = _custom("MulRowsBackward", lambda x, f, d: (x, f), lambda x, f, d: (x, f))
 
-    def construct(self, rows, factor):
-        return self.forward(rows, factor)
+    def construct(self, x, factor):
+        return self.forward(x, factor)
 
-    def bprop(self, rows, factor, out, dout):
-        return self.backward(rows, factor, dout)
+    def bprop(self, x, factor, out, dout):
+        return self.backward(x, factor, dout)
+
+    def __deepcopy__(self, memo):
+        return type(self)()
+
+
+class FusedMeanHW(MeanHW):
+    """The (N, C) mean of an NCHW tensor over H and W and its gradient, one pass each (rowwise.MeanHW fused).
+
+    The operator form reshapes x (a copy), reduces, and in the backward tiles the gradient to x's
+    shape and divides the tiled tensor: F0 b8@192, 13 SE squeezes, ~45 ms of a train step by
+    MindSpore's profiler (Tile 12, RealDiv 24, ReduceMean 8) plus the reshapes.
+    """
+
+    def __init__(self):
+        super().__init__()
+        self.forward = _custom("MeanRows", lambda x: tuple(x[:2]), lambda x: x)
+        self.backward = _custom("MeanRowsBackward", lambda x, d: x, lambda x, d: x)
+
+    def construct(self, x):
+        return self.forward(x)
+
+    def bprop(self, x, out, dout):
+        return (self.backward(x, dout),)
 
     def __deepcopy__(self, memo):
         return type(self)()

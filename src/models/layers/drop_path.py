@@ -43,7 +43,7 @@ class DropPath(nn.Cell):
         if not self.training or self.keep_prob == 1.0:
             return x
         mask = self._mask(x.shape[0], x.dtype)
-        return self.mul_rows(x.reshape(x.shape[0], -1), mask).reshape(x.shape)  # see rowwise.py
+        return self.mul_rows(x, mask)  # one row per sample: see rowwise.py
 
     def mask_scale(self, scale, batch):
         """`scale` times the (batch, 1) factors construct() multiplies the samples by (in

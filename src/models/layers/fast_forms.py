@@ -2,8 +2,8 @@
 
 Every layer holds its backend-sensitive arithmetic in a small parameter-free cell (the
 convolution and the weight standardization of ScaledStdConv2d, GammaAct itself, MulRows
-in SqueezeExcite and DropPath). Here each is replaced in place by a subclass that computes
-the same function faster on this backend; parameters, their names and checkpoints are
+in SqueezeExcite and DropPath, MeanHW in SqueezeExcite). Here each is replaced in place by a
+subclass that computes the same function faster on this backend; parameters, their names and checkpoints are
 untouched. train.py and eval.py build their network with it (src/builders.py); export.py
 does not, so exported models hold only the plain forms.
 """
@@ -11,7 +11,7 @@ from .activations import GammaAct, ScaledGELU, ScaledTanhGELU
 from .config import active_forms
 from .conv2d_same import Conv2dSame, Im2ColConv2dSame
 from .replace import replace_cells
-from .rowwise import MulRows
+from .rowwise import MeanHW, MulRows
 from .std_conv import WeightStandardization
 
 
@@ -38,7 +38,8 @@ def _swaps(forms):
 
     swaps = [(WeightStandardization, _every, lambda c: k.FusedWeightStandardization(c.scale, c.eps, c.form,
                                                                                          c.fan_in)),
-             (MulRows, _every, lambda c: k.FusedMulRows())]
+             (MulRows, _every, lambda c: k.FusedMulRows()),
+             (MeanHW, _every, lambda c: k.FusedMeanHW())]
     if forms.cpu_operators:
         swaps += [(Conv2dSame, _every, lambda c: k.FusedConv2dSame(c.kernel_size, c.stride, c.groups)),
                   (GammaAct, _is_gelu, lambda c: k.FusedScaledGELU(c.gamma, c.gelu_form))]

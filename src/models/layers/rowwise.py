@@ -24,10 +24,15 @@ def mul_rows(rows, factor):
 
 
 class MulRows(nn.Cell):
-    """`mul_rows` as a cell, so a backend's fast form can take its place (fast_forms.py)."""
+    """`mul_rows` as a cell, so a backend's fast form can take its place (fast_forms.py).
 
-    def construct(self, rows, factor):
-        return mul_rows(rows, factor)
+    x (any shape) viewed as (R, K), R = factor.size: an (R, 1) factor, or (N, C) for an NCHW x (one
+    factor per sample and channel); the result has x's shape.
+    """
+
+    def construct(self, x, factor):
+        rows = factor.size
+        return mul_rows(x.reshape(rows, -1), factor.reshape(rows, 1)).reshape(x.shape)
 
 
 def mean_hw(x, keep_dims=False):
@@ -35,6 +40,13 @@ def mean_hw(x, keep_dims=False):
     n, c = x.shape[0], x.shape[1]
     m = ops.mean(x.reshape(n * c, -1), 1)
     return m.reshape(n, c, 1, 1) if keep_dims else m.reshape(n, c)
+
+
+class MeanHW(nn.Cell):
+    """`mean_hw` (N, C) as a cell, so a backend's fast form can take its place (fast_forms.py)."""
+
+    def construct(self, x):
+        return mean_hw(x)
 
 
 def scale_channels(x, scale):

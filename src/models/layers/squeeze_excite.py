@@ -4,7 +4,7 @@ import math
 from mindspore import nn, ops
 from mindspore.common.initializer import Normal, Zero
 
-from .rowwise import MulRows, mean_hw, rowwise
+from .rowwise import MeanHW, MulRows, rowwise
 
 
 class SqueezeExcite(nn.Cell):
@@ -23,12 +23,12 @@ class SqueezeExcite(nn.Cell):
                              weight_init=Normal(1.0 / math.sqrt(channels)), bias_init=Zero())
         self.fc2 = nn.Conv2d(rd_channels, channels, 1, has_bias=True,
                              weight_init=Normal(1.0 / math.sqrt(rd_channels)), bias_init=Zero())
+        self.mean_hw = MeanHW()
         self.mul_rows = MulRows()
 
     def construct(self, x, scale=1.0):
         # The 1x1 convs on a 1x1 map are dense layers: MindSpore's CPU conv kernel is very
         # slow on 1x1 feature maps (measured: minutes for a train step), a matmul is not.
-        s = ops.relu(ops.dense(mean_hw(x), rowwise(self.fc1.weight), self.fc1.bias))
+        s = ops.relu(ops.dense(self.mean_hw(x), rowwise(self.fc1.weight), self.fc1.bias))
         s = ops.sigmoid(ops.dense(s, rowwise(self.fc2.weight), self.fc2.bias)) * scale
-        n, c = x.shape[0], x.shape[1]  # one row per (sample, channel): see rowwise.py
-        return self.mul_rows(x.reshape(n * c, -1), s.reshape(n * c, 1)).reshape(x.shape)
+        return self.mul_rows(x, s)  # one row per (sample, channel): see rowwise.py
