@@ -141,10 +141,10 @@ class SGDAGC(nn.Optimizer):
             not clipped.
         loss_scale: a fixed loss scale that is still inside the gradients.
             Gradients are divided by it before clipping.
-        fused: the whole update of a parameter (AGC, weight decay, momentum) as one fused
-            CPU kernel that writes the weight and its buffer in place (the same arithmetic, no
-            parameter-sized temporaries); None: when the fused CPU kernels are active
-            (src/models/layers/config.py).
+        fused: the whole update (AGC, weight decay, momentum) of every parameter as one fused
+            CPU kernel launch that writes the weights and their buffers in place (the same
+            arithmetic per parameter, no parameter-sized temporaries); None: when the fused CPU
+            kernels are active (src/models/layers/config.py).
 
     Call with the gradients, or with (gradients, grad_scale): the kernel multiplies each gradient
     by the float32 scalar grad_scale first (GradientUpdate folds the loss scale's unscale into the
