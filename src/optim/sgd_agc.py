@@ -196,7 +196,7 @@ class SGDAGC(nn.Optimizer):
         self.apply_momentum = ops.ApplyMomentum()
         self.update_kernel = fused_update_kernel("sgd_agc", fused)
         self.kernel_consts = None
-        if self.update_kernel is not None:  # one row per parameter, in order (cpu_kernels.cc: SgdAgcUpdate)
+        if self.update_kernel is not None:  # one row per parameter, in the order the kernel takes them
             self.kernel_consts = Tensor(
                 [[self.clipping if clip else 0.0, self.eps, self.wd if decay else 0.0,
                   float(_is_vector_like(p.shape)), float(self.nesterov)]
