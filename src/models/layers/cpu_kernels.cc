@@ -741,21 +741,25 @@ extern "C" int AllFiniteMulti(int nparam, void **params, int *ndims, int64_t **s
   return 0;
 }
 
-// x times one factor per row: x viewed as (R, K) with R = the factor's element count (an (R, 1)
-// factor, or (N, C) for an NCHW x: its channels are the rows, so no reshape copies x around the
-// call); SE gates, stochastic-depth masks. params: x, factor, out (x's shape).
-static bool rows_of(int ndim, const int64_t *shape, int64_t rows, int64_t *k) {
-  const int64_t n = numel(ndim, shape);
-  if (rows <= 0 || n % rows != 0) return false;
-  *k = n / rows;
+// The row view every row kernel checks: `want` float32 params, params[0] viewed as (rows, k) with rows the
+// element count of params[1] (the factor, the mean or its gradient); false when k would not be whole.
+static bool row_view(int nparam, int want, int *ndims, int64_t **shapes, const char **dtypes, int64_t *rows,
+                     int64_t *k) {
+  if (nparam != want || !all_float32(want, dtypes)) return false;
+  *rows = numel(ndims[1], shapes[1]);
+  const int64_t n = numel(ndims[0], shapes[0]);
+  if (*rows <= 0 || n % *rows != 0) return false;
+  *k = n / *rows;
   return true;
 }
 
+// x times one factor per row: x viewed as (R, K) with R = the factor's element count (an (R, 1)
+// factor, or (N, C) for an NCHW x: its channels are the rows, so no reshape copies x around the
+// call); SE gates, stochastic-depth masks. params: x, factor, out (x's shape).
 extern "C" int MulRows(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *,
                        void *) {
-  int64_t k = 0;
-  const int64_t rows = nparam == 3 ? numel(ndims[1], shapes[1]) : 0;
-  if (nparam != 3 || !all_float32(3, dtypes) || !rows_of(ndims[0], shapes[0], rows, &k)) return 1;
+  int64_t rows = 0, k = 0;
+  if (!row_view(nparam, 3, ndims, shapes, dtypes, &rows, &k)) return 1;
   const float *x = input(params, 0);
   const float *factor = input(params, 1);
   float *out = output(params, 2);
@@ -772,9 +776,8 @@ extern "C" int MulRows(int nparam, void **params, int *ndims, int64_t **shapes, 
 // params: x, factor, dout, dx, dfactor.
 extern "C" int MulRowsBackward(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
                                void *, void *) {
-  int64_t k = 0;
-  const int64_t rows = nparam == 5 ? numel(ndims[1], shapes[1]) : 0;
-  if (nparam != 5 || !all_float32(5, dtypes) || !rows_of(ndims[0], shapes[0], rows, &k)) return 1;
+  int64_t rows = 0, k = 0;
+  if (!row_view(nparam, 5, ndims, shapes, dtypes, &rows, &k)) return 1;
   const float *x = input(params, 0);
   const float *factor = input(params, 1);
   const float *dout = input(params, 2);
@@ -801,9 +804,8 @@ extern "C" int MulRowsBackward(int nparam, void **params, int *ndims, int64_t **
 // ReduceMean's sum / count). params: x, out.
 extern "C" int MeanRows(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *,
                         void *) {
-  int64_t k = 0;
-  const int64_t rows = nparam == 2 ? numel(ndims[1], shapes[1]) : 0;
-  if (nparam != 2 || !all_float32(2, dtypes) || !rows_of(ndims[0], shapes[0], rows, &k)) return 1;
+  int64_t rows = 0, k = 0;
+  if (!row_view(nparam, 2, ndims, shapes, dtypes, &rows, &k)) return 1;
   const float *x = input(params, 0);
   float *out = output(params, 1);
   const float count = static_cast<float>(k);
@@ -821,9 +823,8 @@ extern "C" int MeanRows(int nparam, void **params, int *ndims, int64_t **shapes,
 // then divides the tiled tensor: two passes and a temporary). params: x (its shape only), dout, dx.
 extern "C" int MeanRowsBackward(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
                                 void *, void *) {
-  int64_t k = 0;
-  const int64_t rows = nparam == 3 ? numel(ndims[1], shapes[1]) : 0;
-  if (nparam != 3 || !all_float32(3, dtypes) || !rows_of(ndims[0], shapes[0], rows, &k)) return 1;
+  int64_t rows = 0, k = 0;
+  if (!row_view(nparam, 3, ndims, shapes, dtypes, &rows, &k)) return 1;
   const float *dout = input(params, 1);
   float *dx = output(params, 2);
   const float count = static_cast<float>(k);
