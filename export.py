@@ -2,7 +2,7 @@
 
     python export.py --config src/configs/dm_nfnet_f0.yaml --checkpoint best.ckpt [--use_ema] \
         --file_format MINDIR --file_name dm_nfnet_f0 [--batch_size 1] [--device_target CPU] \
-        [--conv_impl native|im2col_cpu] [--dynamic_batch]
+        [--conv_impl native|im2col_cpu|fused_cpu] [--dynamic_batch]
 
 The graph is the eval-mode network in float32 at test_input_size x test_input_size, with
 weight standardization folded into plain convolutions (see src/deploy). --pretrained is
@@ -10,7 +10,9 @@ accepted as the seed's name for --checkpoint, --batch_size as export_batch_size;
 file is written atomically and an existing one is kept unless --overwrite. Every export
 is portable, whichever machine writes it (native Conv2D operators, for Ascend 310/910,
 GPU, MindSpore Lite, ONNX); --conv_impl im2col_cpu writes a MINDIR for MindSpore's CPU
-backend only. --dynamic_batch gives an ONNX model a free batch axis.
+backend only, and --conv_impl fused_cpu one for MindSpore's CPU backend on this machine (it
+calls the fused CPU kernels compiled here; the fastest for nn.GraphCell). --dynamic_batch
+gives an ONNX model a free batch axis.
 The checkpoint's data settings (arch, classes, test size and eval transform;
 src/data/data_settings.py) are used unless given on the command line, and written next to
 the model as <model file>.json for predict.py.
@@ -29,10 +31,12 @@ def add_script_args(parser):
     parser.add_argument("--checkpoint", metavar="PATH",
                         help="weights to export (.ckpt); the seed's --pretrained is accepted too")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing export file")
-    parser.add_argument("--conv_impl", choices=("native", "im2col_cpu"), default="native",
+    parser.add_argument("--conv_impl", choices=("native", "im2col_cpu", "fused_cpu"), default="native",
                         help="MINDIR/AIR convolutions: native = one Conv2D operator each, runs everywhere "
                              "(default); im2col_cpu = im2col + matmul, faster on MindSpore's CPU backend for "
-                             "large inputs and for that backend only")
+                             "large inputs and for that backend only; fused_cpu = the fused CPU kernels eval.py "
+                             "runs (MINDIR, fastest in MindSpore's CPU backend, only where the kernel library "
+                             "compiled on this machine exists)")
     parser.add_argument("--dynamic_batch", action="store_true",
                         help="ONNX only: a free batch axis (any batch at run time; --batch_size is the trace batch)")
 

@@ -15,8 +15,8 @@ the cores this process may use; torch.set_num_threads and src.run.context.set_cp
             peak resident memory of the whole process (ru_maxrss).
   eval      the eval-mode network at 256x256: batch 8 img/s and batch 1 latency (ours in Graph
             mode, timm under torch.no_grad).
-  mindir    our folded MINDIR written by src/deploy/export.py (one per batch size) with the CPU-speed
-            convolutions (conv_impl "im2col_cpu"), loaded with mindspore.load + nn.GraphCell, against
+  mindir    our folded MINDIR written by src/deploy/export.py (one per batch size) with the fused CPU
+            kernels (export.py --conv_impl fused_cpu), loaded with mindspore.load + nn.GraphCell, against
             timm eager.
   lite      our folded ONNX model through MindSpore Lite 2.0.0's converter and CPU runtime (benchmarks/lite_cpu.py
             in the Lite wheel's Python 3.7 venv that `make test-lite` makes; skipped, saying so, without it; not
@@ -317,13 +317,14 @@ def eval_ours(opt):
 
 
 def mindir_ours(opt):
-    """The folded MINDIR, written by src/deploy/export.py for each batch size, run through nn.GraphCell."""
+    """The folded MINDIR with the fused CPU kernels (export.py --conv_impl fused_cpu), written by
+    src/deploy/export.py for each batch size, run through nn.GraphCell."""
     import mindspore as ms
 
     from src.deploy.export import create_deploy_network, export_network
 
     network, make_input = _eval_network(opt)
-    deployed = create_deploy_network(network, "MINDIR", conv_impl="im2col_cpu")  # the CPU route
+    deployed = create_deploy_network(network, "MINDIR", conv_impl="fused_cpu")  # MindSpore's fastest CPU route
     graphs, export_s = {}, {}
     with tempfile.TemporaryDirectory(prefix="bench_mindir_") as tmp:
         for batch in (opt.eval_batch, 1):

@@ -13,7 +13,12 @@ native Conv2D operator (what Ascend 310/910, GPU, MindSpore Lite and ONNX runtim
 best). The im2col + matmul form, which MindSpore 2.10's CPU backend runs faster on large
 inputs (F0 at 256x256; not on small ones), is written only when asked for by name:
 conv_impl "im2col_cpu" (export.py --conv_impl im2col_cpu), for a MINDIR that will run on
-MindSpore's CPU backend and nowhere else.
+MindSpore's CPU backend and nowhere else. conv_impl "fused_cpu" writes the network eval.py runs
+on this CPU: its fast forms (layers/fast_forms.py) with folded weights, so the graph calls the
+fused kernels (oneDNN convolutions, each NF block's main path as one kernel, GELU, squeeze-excite)
+of the library compiled on this machine, by its path. It is MindSpore's fastest CPU route for
+nn.GraphCell (F0 b8 at 256 px: 2.4x the im2col MINDIR, docs/performance.md), and runs only where
+that library exists: the machine that wrote it, or one with the same CPU and source.
 
 ONNX can get a free batch axis (dynamic_batch, src/deploy/onnx_batch.py).
 """
@@ -27,7 +32,7 @@ from .errors import DeployError
 
 EXTENSIONS = {"MINDIR": ".mindir", "ONNX": ".onnx", "AIR": ".air"}
 # export.py --conv_impl: the name users see -> FoldedConv2d's implementation
-CONV_IMPLS = {"native": "native", "im2col_cpu": "matmul"}
+CONV_IMPLS = {"native": "native", "im2col_cpu": "matmul", "fused_cpu": "fused"}
 
 
 def export_path(file_name, file_format):
@@ -55,8 +60,9 @@ def check_device(device_target, file_format):
 def create_deploy_network(network, file_format="MINDIR", conv_impl="native", dynamic_batch=False):
     """The folded eval network for `file_format` (a new network; `network` is left as it is).
 
-    conv_impl: "native" (one Conv2D per convolution, the default) or "im2col_cpu" (im2col +
-    matmul, for MindSpore's CPU backend only); ONNX always gets native convolutions.
+    conv_impl: "native" (one Conv2D per convolution, the default), "im2col_cpu" (im2col +
+    matmul, for MindSpore's CPU backend only) or "fused_cpu" (MINDIR only: `network` must have
+    the fused CPU kernels, which it keeps); ONNX always gets native convolutions.
     dynamic_batch (ONNX only): cells that would fix the batch size in the graph are swapped
     for batch-free forms (src/deploy/onnx_batch.py).
     """
@@ -67,6 +73,8 @@ def create_deploy_network(network, file_format="MINDIR", conv_impl="native", dyn
         raise DeployError(f"conv_impl must be one of {', '.join(CONV_IMPLS)}, got {conv_impl!r}")
     if dynamic_batch and file_format != "ONNX":
         raise DeployError(f"a dynamic batch axis is for ONNX exports only, not {file_format}")
+    if conv_impl == "fused_cpu" and file_format != "MINDIR":
+        raise DeployError(f"--conv_impl fused_cpu is for MINDIR exports only, not {file_format}")
     if file_format == "ONNX":
         conv_impl = "native"
     folded = fold_weight_standardization(network, CONV_IMPLS[conv_impl])
@@ -125,6 +133,16 @@ def edit_onnx(path, network, dynamic_batch):
     write_model(path, model)
 
 
+def check_fused_kernels():
+    """Fail in one line when this machine cannot give the network its fused CPU kernels."""
+    from src.models.layers.config import active_forms
+
+    forms = active_forms()
+    if not forms.fused_kernels:
+        raise DeployError(f"--conv_impl fused_cpu needs the fused CPU kernels, which this machine does not have "
+                          f"({forms.reason}; see docs/cpu_backend.md); export with --conv_impl im2col_cpu instead")
+
+
 def run_export(cfg, checkpoint_path, overwrite=False, conv_impl="native", dynamic_batch=False, log=print,
                record=None):
     """export.py's work: checks, eval network from the checkpoint, fold, write. Returns the path.
@@ -149,10 +167,16 @@ def run_export(cfg, checkpoint_path, overwrite=False, conv_impl="native", dynami
     check_device(cfg.device_target, cfg.file_format)
     if dynamic_batch and cfg.file_format != "ONNX":
         raise DeployError(f"--dynamic_batch is for ONNX exports only, not {cfg.file_format}")
+    fused = conv_impl == "fused_cpu"
+    if fused and (cfg.file_format, cfg.device_target) != ("MINDIR", "CPU"):
+        raise DeployError(f"--conv_impl fused_cpu writes a MINDIR for MindSpore's CPU backend: it needs "
+                          f"--file_format MINDIR and --device_target CPU, not {cfg.file_format} and {cfg.device_target}")
     ms.set_device(cfg.device_target, cfg.device_id)
+    if fused:
+        check_fused_kernels()
     from src.builders import build_eval_network
 
-    network, ema = build_eval_network(cfg, checkpoint_path, fast_forms=False)  # CheckpointError is a UserError
+    network, ema = build_eval_network(cfg, checkpoint_path, fast_forms=fused)  # CheckpointError is a UserError
     if cfg.use_ema and not ema:
         log(f"note: {checkpoint_path} holds no EMA weights; exporting its raw weights")
     deployed = create_deploy_network(network, cfg.file_format, conv_impl, dynamic_batch)
@@ -164,4 +188,9 @@ def run_export(cfg, checkpoint_path, overwrite=False, conv_impl="native", dynami
     batch = "any" if dynamic_batch else cfg.export_batch_size
     log(f"exported {cfg.arch} ({'EMA' if ema else 'raw'} weights of {checkpoint_path}) as {cfg.file_format}: "
         f"{path} (input {batch}x3x{size}x{size} float32, {impls} convolutions); data settings: {sidecar}")
+    if fused:
+        from src.models.layers.config import kernel_library
+
+        log(f"note: {path} calls the fused CPU kernels of {kernel_library()}: it runs in MindSpore's CPU backend "
+            f"where that file exists, not in MindSpore Lite, ONNX runtimes or on Ascend")
     return path

@@ -13,7 +13,10 @@ mean/variance reductions per call.
 The convolution itself is src.models.layers.conv2d_same, in the layer's implementation
 by default: "native" (one Conv2D operator: what Ascend, GPU and ONNX runtimes execute
 best) or "matmul" (im2col + matmul, which MindSpore 2.10's CPU backend runs ~10x faster
-than its native NCHW kernel). `conv_impl` overrides it for the whole network.
+than its native NCHW kernel). `conv_impl` overrides it for the whole network. "fused"
+keeps the layer's own convolution cell, which must be the fused CPU kernel that
+layers/fast_forms.py swapped in, and each NF block's fused main path: the exported graph
+then calls the kernel library compiled on this machine and runs nowhere else.
 """
 import copy
 
@@ -23,27 +26,37 @@ from src.models.layers import ScaledStdConv2d
 from src.models.layers.conv2d_same import conv2d_same
 from src.models.layers.replace import replace_cells
 
-CONV_IMPLS = ("native", "matmul")
+CONV_IMPLS = ("native", "matmul", "fused")
 
 
 class FoldedConv2d(nn.Cell):
     """conv2d(x, w_hat) + bias with TensorFlow SAME padding: a ScaledStdConv2d after folding.
 
     Parameters `weight` (out, in/groups, k, k) holds w_hat and `bias` (out,) the conv
-    bias; there is no gain any more (it is inside w_hat).
+    bias; there is no gain any more (it is inside w_hat). With conv_impl "fused", `conv`
+    is the fused CPU convolution cell ((x, weight, bias) -> y) the layer ran.
     """
 
-    def __init__(self, weight, bias, stride=1, groups=1, conv_impl="native"):
+    def __init__(self, weight, bias, stride=1, groups=1, conv_impl="native", conv=None):
         super().__init__()
         if conv_impl not in CONV_IMPLS:
             raise ValueError(f"conv_impl must be one of {CONV_IMPLS}, got {conv_impl!r}")
+        if (conv_impl == "fused") != (conv is not None):
+            raise ValueError("a convolution cell is given with conv_impl 'fused' and only then")
         self.weight = Parameter(Tensor(weight), name="weight")
         self.bias = Parameter(Tensor(bias), name="bias")
         self.stride = stride
         self.groups = groups
         self.conv_impl = conv_impl
+        self.conv = conv
+
+    def standardized_weight(self):
+        """w_hat, as ScaledStdConv2d.standardized_weight(): the NF block's fused main path reads it."""
+        return self.weight
 
     def construct(self, x):
+        if self.conv is not None:
+            return self.conv(x, self.weight, self.bias)
         return conv2d_same(x, self.weight, self.bias, self.stride, self.groups, self.conv_impl)
 
     def extend_repr(self):
@@ -56,15 +69,20 @@ def fold_conv(conv, conv_impl=None):
     """The FoldedConv2d equivalent to one ScaledStdConv2d (weights computed in float32)."""
     w_hat = conv.standardized_weight().asnumpy()
     bias = conv.bias.asnumpy().astype("float32")
-    return FoldedConv2d(w_hat, bias, stride=conv.stride, groups=conv.groups,
-                        conv_impl=conv_impl or getattr(conv, "conv_impl", "native"))
+    impl = conv_impl or conv.conv_impl
+    if impl == "fused" and conv.conv_impl != "fused":
+        raise ValueError(f"conv_impl 'fused' needs the fused CPU convolution (layers/fast_forms.py), "
+                         f"the layer runs {type(conv.conv).__name__}")
+    return FoldedConv2d(w_hat, bias, stride=conv.stride, groups=conv.groups, conv_impl=impl,
+                        conv=conv.conv if impl == "fused" else None)
 
 
 def fold_weight_standardization(network, conv_impl=None):
     """An eval-mode copy of `network` with every ScaledStdConv2d replaced by a FoldedConv2d.
 
-    `conv_impl` ("native" / "matmul") sets the convolution of every folded layer; None
-    keeps each layer's own. The input network is left untouched (the copy is deep).
+    `conv_impl` ("native" / "matmul" / "fused") sets the convolution of every folded layer; None
+    keeps each layer's own implementation. The NF blocks' fused main paths stay with "fused" only.
+    The input network is left untouched (the copy is deep).
     Raises ValueError when there is nothing to fold, which means the caller passed
     something other than an NFNet.
     """
@@ -74,7 +92,8 @@ def fold_weight_standardization(network, conv_impl=None):
     if count == 0:
         raise ValueError(f"{type(network).__name__} has no ScaledStdConv2d to fold")
     for _, cell in folded.cells_and_names():
-        if getattr(cell, "fused_chain", None) is not None:
-            cell.fused_chain = None  # a fused CPU kernel of the unfolded convolutions (layers/fast_forms.py)
+        if getattr(cell, "fused_chain", None) is not None and any(conv.conv_impl != "fused"
+                                                                   for conv in cell.chain_parts()[0]):
+            cell.fused_chain = None  # the block's main path as one fused CPU kernel (layers/fast_forms.py)
     folded.set_train(False)
     return folded

@@ -15,6 +15,7 @@ then read from the input files' size.
 import argparse
 import math
 import os
+import re
 import sys
 import time
 
@@ -28,6 +29,8 @@ from .errors import DeployError
 from src.run.progress import ProgressBar
 
 TIME_FILE = "test_perform_static.txt"
+# MindSpore 2.10's message for a Custom op whose library is gone (export.py --conv_impl fused_cpu)
+MISSING_KERNELS = re.compile(r"couldn't find the AOT binary file: (\S+)")
 
 
 def load_mindir(path, device_target="CPU"):
@@ -49,6 +52,11 @@ def load_mindir(path, device_target="CPU"):
         network = ms.nn.GraphCell(ms.load(path))  # compile it: both are tried here, before any input is read
         network(ms.Tensor(np.zeros(shape, np.float32)))
     except RuntimeError as exc:
+        missing = MISSING_KERNELS.search(str(exc))
+        if missing:
+            raise DeployError(f"{path} was exported with --conv_impl fused_cpu and calls the fused CPU kernels of "
+                              f"{missing.group(1)}, which is not on this machine; export it again here, or with "
+                              f"--conv_impl im2col_cpu or native for a file that runs anywhere") from None
         raise DeployError(f"{path} is not a readable MINDIR file (MindSpore: {str(exc).strip().splitlines()[0]}; "
                           f"truncated or damaged? export it again)") from None
     return lambda x: network(ms.Tensor(x)).asnumpy(), shape

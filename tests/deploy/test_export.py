@@ -1,6 +1,7 @@
 """export.py: the folded eval network as MINDIR / ONNX, its logits, weights choice and file handling."""
 import importlib
 import os
+import shutil
 from collections import Counter
 
 import mindspore as ms
@@ -88,6 +89,80 @@ def test_mindir_gives_the_eval_network_logits(tmp_path, nano, nano_ckpt, conv_im
     error = relative_max_error(logits, nano(ms.Tensor(x)).asnumpy())
     print(f"MINDIR (folded, {conv_impl} conv) vs eval network, nano batch 3: {error:.2e}")
     assert error <= 5e-6  # measured 4.2e-7 (native) and 3.3e-7 (im2col_cpu)
+
+
+def fused_kernels_or_skip():
+    from src.models.layers.config import active_forms
+
+    forms = active_forms()
+    if not forms.fused_kernels:
+        pytest.skip(f"no fused CPU kernels here: {forms.reason}")
+
+
+@pytest.mark.timeout(300)
+def test_fused_cpu_mindir_runs_the_fused_kernels_eval_py_runs(tmp_path, nano, nano_ckpt, capsys):
+    """--conv_impl fused_cpu: the MINDIR holds the eval network's fast forms with folded weights (Custom ops
+    of the kernel library, each block's main path one kernel), and gives what that network gives in Graph
+    mode, bit for bit."""
+    from src.models.layers import apply_fast_forms
+
+    fused_kernels_or_skip()
+    path = export(tmp_path, nano_ckpt, "--batch_size", "3", "--conv_impl", "fused_cpu")
+    out = capsys.readouterr().out
+    assert "fused_cpu convolutions" in out and "calls the fused CPU kernels of " in out
+    ops = mindir_ops(path)
+    assert ops["Custom"] > 0 and not {"Conv2D", "Slice", "GeLU", "Erf"} & set(ops), ops
+    x = images(3)
+    logits = run_mindir(path, x)
+    fast = make_network("dm_nfnet_nano", {n: p.asnumpy() for n, p in nano.parameters_and_names()}, NUM_CLASSES)
+    apply_fast_forms(fast)
+    deployed = create_deploy_network(fast, "MINDIR", "fused_cpu")
+    assert sum(getattr(c, "fused_chain", None) is not None for _, c in deployed.cells_and_names()) > 0
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        in_graph_mode, eval_network = deployed(ms.Tensor(x)).asnumpy(), fast(ms.Tensor(x)).asnumpy()
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    assert logits.tobytes() == in_graph_mode.tobytes()
+    error = relative_max_error(logits, eval_network)
+    print(f"MINDIR (folded, fused_cpu) vs eval network with the fused kernels, nano batch 3: {error:.2e}")
+    assert error <= 5e-6  # measured 0 (the same kernels on the same weights, folded once instead of per call)
+    assert relative_max_error(logits, nano(ms.Tensor(x)).asnumpy()) <= 5e-6  # the plain network
+
+
+@pytest.mark.timeout(300)
+def test_fused_cpu_mindir_without_its_kernel_library_is_one_clear_error(tmp_path, nano_ckpt):
+    """The file names the library by path: moved or deleted, loading says so, and what to do."""
+    from src.deploy.infer_cpu import load_mindir
+    from src.models.layers.config import kernel_library
+
+    fused_kernels_or_skip()
+    cache = tmp_path / "kernels"
+    cache.mkdir()
+    library = str(cache / os.path.basename(kernel_library()))
+    shutil.copy(kernel_library(), library)  # the library this source and CPU build: no compile
+    result = run_python(["export.py", "--config", DIGITS_CONFIG, "--device_target", "CPU", "--checkpoint",
+                         nano_ckpt, "--file_name", str(tmp_path / "nano"), "--conv_impl", "fused_cpu"],
+                        env={"NFNET_KERNEL_CACHE": str(cache)})
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"calls the fused CPU kernels of {library}" in result.stdout
+    os.remove(library)
+    with pytest.raises(DeployError) as raised:
+        load_mindir(str(tmp_path / "nano.mindir"))
+    assert str(raised.value) == (f"{tmp_path / 'nano.mindir'} was exported with --conv_impl fused_cpu and calls "
+                                 f"the fused CPU kernels of {library}, which is not on this machine; export it again "
+                                 f"here, or with --conv_impl im2col_cpu or native for a file that runs anywhere")
+
+
+def test_fused_cpu_is_refused_for_onnx_and_without_the_kernels(tmp_path, nano_ckpt, monkeypatch):
+    with pytest.raises(DeployError, match="needs --file_format MINDIR and --device_target CPU, not ONNX and CPU"):
+        export(tmp_path, nano_ckpt, "--file_format", "ONNX", "--conv_impl", "fused_cpu")
+    monkeypatch.setenv("NFNET_CPU_KERNELS", "0")
+    with pytest.raises(DeployError, match=r"needs the fused CPU kernels, which this machine does not have \(CPU, "
+                                          r"float32; fused kernels off \(NFNET_CPU_KERNELS=0\); .*--conv_impl "
+                                          r"im2col_cpu instead"):
+        export(tmp_path, nano_ckpt, "--conv_impl", "fused_cpu")
+    assert os.listdir(tmp_path) == []
 
 
 @pytest.mark.timeout(300)

@@ -6,6 +6,7 @@ import pytest
 from deploy_helpers import NUM_CLASSES, make_network
 from src.deploy.fold import FoldedConv2d, fold_conv, fold_weight_standardization
 from src.models.layers import ScaledStdConv2d, apply_fast_forms
+from src.models.layers.config import active_forms
 
 
 def relative_max_error(actual, expected):
@@ -51,7 +52,7 @@ def test_folded_conv_holds_the_standardized_weight_and_bias():
     conv.bias.set_data(ms.Tensor(rng.standard_normal(conv.bias.shape).astype(np.float32)))
     expected = numpy_folded_weight(weight, gain)
     x = ms.Tensor(rng.standard_normal((2, 8, 10, 10)).astype(np.float32))  # even size: asymmetric SAME pad
-    for conv_impl in ("native", "matmul"):
+    for conv_impl in ("native", "matmul", *(("fused",) if conv.conv_impl == "fused" else ())):
         folded = fold_conv(conv, conv_impl)
         error = np.abs(folded.weight.asnumpy() - expected).max() / np.abs(expected).max()
         print(f"folded weight vs float64 NumPy formula: {error:.2e}")
@@ -59,7 +60,7 @@ def test_folded_conv_holds_the_standardized_weight_and_bias():
         np.testing.assert_array_equal(folded.bias.asnumpy(), conv.bias.asnumpy())
         out_error = np.abs(folded(x).asnumpy() - conv(x).asnumpy()).max()
         print(f"folded conv vs ScaledStdConv2d ({conv_impl}): max |d| = {out_error:.2e}")
-        if conv_impl == conv.conv_impl and not _runs_onednn(conv):  # the layer's own arithmetic
+        if conv_impl == "fused" or (conv_impl == "matmul" and not _runs_onednn(conv)):  # the layer's arithmetic
             assert out_error == 0
         else:
             assert out_error <= 1e-5  # measured 9.5e-7 (|outputs| up to ~10)
@@ -78,18 +79,26 @@ def test_folded_nano_gives_the_eval_network_logits(nano, mode, conv_impl):
     error = relative_max_error(actual, expected)
     print(f"folded ({conv_impl or 'layer'} conv) vs eval network (nano, mode {mode}): "
           f"max|d| / max|logit| = {error:.2e}")
-    if conv_impl in (None, "matmul") and not _runs_onednn(nano):  # the layers' own im2col: bit-identical
+    if conv_impl is None or (conv_impl == "matmul" and not _runs_onednn(nano)):  # the layers' own arithmetic
         np.testing.assert_array_equal(actual, expected)
     else:  # oneDNN's convolutions (the CPU layers' fast form) or the native kernel: float32 rounding
         assert error <= 5e-6  # measured 5.7e-7 (PyNative), 4.8e-7 (Graph)
 
 
 def test_folded_convs_keep_the_layer_implementation_unless_told(nano):
+    """The CPU layers' own form is the fused kernel (or im2col without a compiler); folding keeps it, and
+    each block's fused main path with it, unless another implementation is named."""
     own = {c.conv_impl for _, c in nano.cells_and_names() if isinstance(c, ScaledStdConv2d)}
-    assert own == {"matmul"}  # built on the CPU backend
-    for conv_impl, expected in ((None, own), ("native", {"native"})):
+    assert own == ({"fused"} if active_forms().fused_kernels else {"matmul"})  # built on the CPU backend
+    chains = sum(getattr(c, "fused_chain", None) is not None for _, c in nano.cells_and_names())
+    for conv_impl, expected in ((None, own), ("native", {"native"}), ("matmul", {"matmul"})):
         folded = fold_weight_standardization(nano, conv_impl)
         assert {c.conv_impl for _, c in folded.cells_and_names() if isinstance(c, FoldedConv2d)} == expected
+        kept = sum(getattr(c, "fused_chain", None) is not None for _, c in folded.cells_and_names())
+        assert kept == (chains if expected == {"fused"} else 0)
+    if own != {"fused"}:
+        with pytest.raises(ValueError, match="conv_impl 'fused' needs the fused CPU convolution"):
+            fold_weight_standardization(nano, "fused")
 
 
 def test_folding_replaces_every_std_conv_and_leaves_the_network_untouched(nano):

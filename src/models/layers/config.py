@@ -11,8 +11,9 @@ forms that compute the same function faster:
   and NFNET_CPU_KERNELS not set to 0.
 
 Only float32 networks get them (CPU training always runs float32: trainers/amp.py); the
-kernels are float32 only. Exported networks never get them (deploy/export.py builds the
-plain network), so an exported model runs wherever MindSpore does.
+kernels are float32 only. Exported networks get them only when asked for by name (export.py
+--conv_impl fused_cpu, a MINDIR for this machine's CPU); otherwise deploy/export.py builds the
+plain network, so an exported model runs wherever MindSpore does.
 
 The weight updates' fused kernels (SGD-AGC, EMA, the overflow check) and the kernels' thread
 count are handed out here too (`fused_update_kernel`, `set_kernel_threads`): the optimizer, EMA and
@@ -73,6 +74,15 @@ def fused_update_kernel(name, fused=None):
     ops = {"sgd_agc": cpu_kernels.sgd_agc_update_op, "ema": cpu_kernels.ema_update_op,
            "all_finite": cpu_kernels.all_finite_multi_op}
     return ops[name]()
+
+
+def kernel_library():
+    """Path of the fused kernels' library, or None when they are off or cannot be built."""
+    if not kernels_enabled():
+        return None
+    from . import cpu_kernels
+
+    return cpu_kernels.library_path()
 
 
 def set_kernel_threads(num):

@@ -329,7 +329,7 @@ class FusedConv2dSame(Conv2dSame):
     step at batch 8, 192x192, profiled) with one pass each.
     """
 
-    impl = "matmul"  # im2col + matmul as Im2ColConv2dSame, or oneDNN's convolutions (docstring)
+    impl = "fused"  # deploy/fold.py keeps this cell in a folded layer (export.py --conv_impl fused_cpu)
 
     def __init__(self, kernel_size, stride=1, groups=1, onednn=None):
         super().__init__(int(kernel_size), int(stride), int(groups))

@@ -5,7 +5,8 @@ convolution and the weight standardization of ScaledStdConv2d, GammaAct itself, 
 in SqueezeExcite and DropPath, MeanHW in SqueezeExcite). Here each is replaced in place by a
 subclass that computes the same function faster on this backend; parameters, their names and checkpoints are
 untouched. train.py and eval.py build their network with it (src/builders.py); export.py
-does not, so exported models hold only the plain forms.
+only for --conv_impl fused_cpu (a MINDIR for this machine's CPU), so exported models hold the
+plain forms unless asked for by that name.
 """
 from .activations import GammaAct, ScaledGELU, ScaledTanhGELU
 from .config import active_forms

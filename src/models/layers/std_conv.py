@@ -97,7 +97,7 @@ class ScaledStdConv2d(nn.Cell):
 
     @property
     def conv_impl(self):
-        """"native" (the plain form) or "matmul" (im2col, the CPU fast form)."""
+        """"native" (the plain form), "matmul" (im2col, the CPU operators' form) or "fused" (the fused CPU kernel)."""
         return self.conv.impl
 
     def standardized_weight(self):
