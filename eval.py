@@ -116,11 +116,13 @@ def evaluate_checkpoint(cfg, ctx, checkpoint, output, record=None, skipped=(), l
     """
     from src.builders import build_eval_dataset, build_eval_network
     from src.data.dataset import read_bad_file_log, reported_data_errors
+    from src.deploy.fold import fold_for_cpu_eval
     from src.run.progress import ProgressBar
     from src.trainers.loss import create_loss
     from src.trainers import evaluate
 
     network, use_ema = build_eval_network(cfg, checkpoint)
+    network = fold_for_cpu_eval(network)  # CPU: weights standardized once, not per batch (the same logits)
     if cfg.use_ema and not use_ema and ctx.is_main:
         print(f"{checkpoint} holds no EMA weights: evaluating its weights")
     bad_file_log = bad_files_path(output)  # unreadable images, appended by every rank

@@ -310,8 +310,11 @@ def _eval_network(opt):
 
 
 def eval_ours(opt):
-    """The eval-mode network in Graph mode."""
+    """The eval-mode network in Graph mode, as eval.py runs it (weights standardized once: fold_for_cpu_eval)."""
+    from src.deploy.fold import fold_for_cpu_eval
+
     network, make_input = _eval_network(opt)
+    network = fold_for_cpu_eval(network)
     return {**_eval_timings(lambda x, _: network(x).asnumpy(), opt.eval_batch, opt, make_input),
             "peak_rss_mb": peak_rss_mb()}
 

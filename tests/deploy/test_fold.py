@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from deploy_helpers import NUM_CLASSES, make_network
-from src.deploy.fold import FoldedConv2d, fold_conv, fold_weight_standardization
+from src.deploy.fold import FoldedConv2d, fold_conv, fold_for_cpu_eval, fold_weight_standardization
 from src.models.layers import ScaledStdConv2d, apply_fast_forms
 from src.models.layers.config import active_forms
 
@@ -120,3 +120,18 @@ def test_folding_replaces_every_std_conv_and_leaves_the_network_untouched(nano):
 def test_fold_rejects_a_network_without_std_convs():
     with pytest.raises(ValueError, match="no ScaledStdConv2d"):
         fold_weight_standardization(ms.nn.Dense(3, 2))
+
+
+def test_eval_py_folds_the_cpu_forms_only(nano, nano_weights):
+    """eval.py's network (fold_for_cpu_eval): on the CPU forms folded, with the logits of the unfolded network
+    bit for bit in Graph mode; a network in the plain forms (other backends, float16 there) is left as it is."""
+    folded = fold_for_cpu_eval(nano)
+    assert not any(isinstance(c, ScaledStdConv2d) for _, c in folded.cells_and_names())
+    x = ms.Tensor(np.random.default_rng(4).standard_normal((2, 3, 64, 64)).astype(np.float32))
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        np.testing.assert_array_equal(folded(x).asnumpy(), nano(x).asnumpy())
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
+    plain = make_network("dm_nfnet_nano", nano_weights["raw"], NUM_CLASSES)
+    assert fold_for_cpu_eval(plain) is plain
