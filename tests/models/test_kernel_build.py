@@ -122,3 +122,19 @@ def test_every_simd_loop_vectorizes_with_avx2_and_avx512(march):
     missing = [lines[lo - 1].strip() for lo, hi in wanted if not vectorized & set(range(lo, hi + 1))]
     assert len(wanted) >= 10
     assert not missing, f"scalar with -march={march}: {missing}"
+
+
+def test_kernels_default_to_the_cores_the_process_may_run_on(fused_kernels):
+    """Without a thread count set (a process that only loads an export.py --conv_impl fused_cpu MINDIR never
+    sets one), the kernels use the cores the process's affinity allows, as set_cpu_threads sizes MindSpore's
+    pool; not every core of the machine."""
+    code = f"import ctypes; print(ctypes.CDLL({cpu_kernels.library_path()!r}).NfnetKernelsThreads())"
+    allowed = sorted(os.sched_getaffinity(0))
+
+    def threads(cores):
+        result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                                preexec_fn=lambda: os.sched_setaffinity(0, cores), check=True)
+        return int(result.stdout)
+
+    assert threads(set(allowed[:1])) == 1
+    assert threads(set(allowed)) == len(allowed)

@@ -3,6 +3,7 @@
 // params holds the inputs then the outputs, shapes[i] / ndims[i] / dtypes[i] describe params[i].
 // A non-zero return makes MindSpore raise. `omp simd` (-fopenmp-simd, no OpenMP runtime) lets the
 // compiler vectorize the reductions.
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -103,10 +104,19 @@ class Pool {
 };
 
 Pool g_pool;
-int g_threads = 0;  // 0: the hardware's; set through NfnetKernelsSetThreads
+int g_threads = 0;  // 0: the cores this process may run on; set through NfnetKernelsSetThreads
+
+// The cores this process may run on, as set_cpu_threads sizes MindSpore's pool (a process that only
+// loads a MINDIR calling these kernels never sets the count).
+int allowed_cores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+}
 
 int threads() {
-  return g_threads > 0 ? g_threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  static const int cores = allowed_cores();
+  return g_threads > 0 ? g_threads : cores;
 }
 
 template <typename F>
@@ -228,6 +238,7 @@ inline float tanh_gelu_slope(float v) {
 }  // namespace
 
 extern "C" void NfnetKernelsSetThreads(int num) { g_threads = num; }
+extern "C" int NfnetKernelsThreads() { return threads(); }
 
 // y = gamma * x * Phi(x). params: x, gamma (1,), y.
 extern "C" int ScaledGeluForward(int nparam, void **params, int *ndims, int64_t **shapes,
