@@ -78,9 +78,7 @@ def fused_update_kernel(name, fused=None):
 
 def kernel_library():
     """Path of the fused kernels' library, or None when they are off or cannot be built."""
-    if not kernels_enabled():
-        return None
-    from . import cpu_kernels
+    from . import cpu_kernels  # library_path() itself honours NFNET_CPU_KERNELS=0
 
     return cpu_kernels.library_path()
 
