@@ -66,7 +66,7 @@ def create_deploy_network(network, file_format="MINDIR", conv_impl="native", dyn
     dynamic_batch (ONNX only): cells that would fix the batch size in the graph are swapped
     for batch-free forms (src/deploy/onnx_batch.py).
     """
-    from .fold import fold_weight_standardization
+    from .fold import flatten_excite_weights, fold_weight_standardization
     from .gelu import use_onnx_gelu_markers
 
     if conv_impl not in CONV_IMPLS:
@@ -78,6 +78,8 @@ def create_deploy_network(network, file_format="MINDIR", conv_impl="native", dyn
     if file_format == "ONNX":
         conv_impl = "native"
     folded = fold_weight_standardization(network, CONV_IMPLS[conv_impl])
+    if conv_impl == "fused_cpu":
+        flatten_excite_weights(folded)  # as eval.py's network (fold_for_cpu_eval)
     if file_format == "ONNX":
         use_onnx_gelu_markers(folded)  # export_network turns them into ONNX's Erf GELU
     if dynamic_batch:

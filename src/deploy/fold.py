@@ -22,7 +22,7 @@ import copy
 
 from mindspore import Parameter, Tensor, nn
 
-from src.models.layers import ScaledStdConv2d
+from src.models.layers import ScaledStdConv2d, SqueezeExcite
 from src.models.layers.conv2d_same import conv2d_same
 from src.models.layers.replace import replace_cells
 
@@ -99,16 +99,42 @@ def fold_weight_standardization(network, conv_impl=None):
     return folded
 
 
+class ExciteDenseWeights(nn.Cell):
+    """A squeeze-excite 1x1 convolution's parameters with its weight as the (out, in) matrix that the
+    SE's dense layer reads (layers/squeeze_excite.py): a folded network's fc1 / fc2.
+
+    MindSpore 2.10's CPU backend copies a (C, r, 1, 1) parameter into that view on every call: 24 copies
+    of up to 4.7 MB in F0's forward, 13 ms of a batch-8 call at 256 px (Ice Lake, 2 threads, MindSpore's
+    profiler). Not for ONNX: its batch-free SE (deploy/onnx_batch.py) convolves with the 4-D weight.
+    """
+
+    def __init__(self, fc):
+        super().__init__()
+        weight = fc.weight.asnumpy()
+        self.weight = Parameter(Tensor(weight.reshape(weight.shape[0], -1)), name="weight")
+        self.bias = Parameter(Tensor(fc.bias.asnumpy()), name="bias")
+
+
+def flatten_excite_weights(network):
+    """Replaces the fc1 / fc2 of every SqueezeExcite in `network` (in place) by ExciteDenseWeights;
+    returns the count."""
+    fcs = {id(fc) for _, se in network.cells_and_names() if isinstance(se, SqueezeExcite) for fc in (se.fc1, se.fc2)}
+    return replace_cells(network, lambda cell: id(cell) in fcs, lambda _name, fc: ExciteDenseWeights(fc))
+
+
 def fold_for_cpu_eval(network):
     """`network` (eval mode) with its weights standardized once, where it runs the CPU fast forms (every
     ScaledStdConv2d in im2col or the fused kernel: float32 on MindSpore's CPU backend); else `network` itself.
 
     The folded layers keep the layers' own convolution (and the blocks' fused main paths), so the logits
     are the same, bit for bit in Graph mode, without a weight-standardization pass over all weights per
-    call (F0: 71.5 M weights, tens of ms of every batch). Other backends keep the unfolded network,
+    call (F0: 71.5 M weights, tens of ms of every batch); the squeeze-excite weights become the matrices
+    their dense layers read (flatten_excite_weights). Other backends keep the unfolded network,
     whose convolutions may run in float16.
     """
     impls = {cell.conv_impl for _, cell in network.cells_and_names() if isinstance(cell, ScaledStdConv2d)}
     if not impls or "native" in impls:
         return network
-    return fold_weight_standardization(network)
+    folded = fold_weight_standardization(network)
+    flatten_excite_weights(folded)
+    return folded

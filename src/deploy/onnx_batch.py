@@ -38,10 +38,11 @@ class BatchFreeSqueezeExcite(nn.Cell):
         super().__init__()
         self.fc1, self.fc2 = se.fc1, se.fc2
 
-    def construct(self, x, scale=1.0):
+    def construct(self, x, scale=1.0, addend=None):
         s = ops.mean(x, (2, 3), keep_dims=True)
         s = ops.relu(ops.conv2d(s, self.fc1.weight, self.fc1.bias))
-        return x * (ops.sigmoid(ops.conv2d(s, self.fc2.weight, self.fc2.bias)) * scale)
+        y = x * (ops.sigmoid(ops.conv2d(s, self.fc2.weight, self.fc2.bias)) * scale)
+        return y if addend is None else y + addend
 
 
 class BatchFreeHead(nn.Cell):

@@ -17,7 +17,7 @@ from mindspore.common.initializer import Normal, Zero
 
 from src.variants import VARIANTS
 
-from .layers import DropPath, Dropout, GammaAct, ScaledStdConv2d, SqueezeExcite
+from .layers import AvgPool2x2Same, DropPath, Dropout, GammaAct, ScaledStdConv2d, SqueezeExcite
 from .layers.rowwise import mean_hw
 from .registry import register_model
 
@@ -70,14 +70,13 @@ def drop_path_rates(drop_path_rate, depths, mode="deepmind"):
 class DownsampleAvg(nn.Cell):
     """Shortcut when a block changes width or stride: conv1x1(avgpool2x2s2(x)).
 
-    The pool exists only for stride 2. pad_mode='same' pads after the input and averages
-    over the valid pixels only, which equals PyTorch's AvgPool2d(2, 2, ceil_mode=True,
-    count_include_pad=False) used by timm, on even and odd sizes alike.
+    The pool exists only for stride 2 (layers/pooling.py: timm's AvgPool2d(2, 2, ceil_mode=True,
+    count_include_pad=False)).
     """
 
     def __init__(self, in_chs, out_chs, stride, conv_layer):
         super().__init__()
-        self.pool = nn.AvgPool2d(2, 2, pad_mode="same") if stride > 1 else nn.Identity()
+        self.pool = AvgPool2x2Same() if stride > 1 else nn.Identity()
         self.conv = conv_layer(in_chs, out_chs, 1)
 
     def construct(self, x):
@@ -113,7 +112,7 @@ class NormFreeBlock(nn.Cell):
         self.downsample = None
         if in_chs != out_chs or stride != 1:
             self.downsample = DownsampleAvg(in_chs, out_chs, stride, conv_layer)
-        self.act1 = act_layer()
+        self.act1 = act_layer(scale=beta)  # act(x) * beta
         self.conv1 = conv_layer(in_chs, mid_chs, 1)
         self.act2 = act_layer()
         self.conv2 = conv_layer(mid_chs, mid_chs, 3, stride=stride, groups=groups)
@@ -133,7 +132,7 @@ class NormFreeBlock(nn.Cell):
         return (self.conv1, self.conv2, self.conv2b, self.conv3), (self.act2, self.act2b, self.act3)
 
     def construct(self, x):
-        out = self.act1(x) * self.beta
+        out = self.act1(x)  # act(x) * beta: beta is folded into the activation's gamma
         shortcut = x
         if self.downsample is not None:
             shortcut = self.downsample(out)
@@ -148,7 +147,7 @@ class NormFreeBlock(nn.Cell):
             out = self.conv2b(self.act2b(out))
             out = self.conv3(self.act3(out))
         scale = self.skipinit_gain.astype(out.dtype) * (self.attn_gain * self.alpha)
-        return self.attn_last(out, self.drop_path.mask_scale(scale, out.shape[0])) + shortcut
+        return self.attn_last(out, self.drop_path.mask_scale(scale, out.shape[0]), shortcut)
 
 
 def create_stem(in_chs, out_chs, conv_layer, act_layer):

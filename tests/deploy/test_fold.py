@@ -127,6 +127,12 @@ def test_eval_py_folds_the_cpu_forms_only(nano, nano_weights):
     bit for bit in Graph mode; a network in the plain forms (other backends, float16 there) is left as it is."""
     folded = fold_for_cpu_eval(nano)
     assert not any(isinstance(c, ScaledStdConv2d) for _, c in folded.cells_and_names())
+    # the squeeze-excite weights as the matrices its dense layers read, under their names
+    excite = {p.name: p.asnumpy() for p in nano.get_parameters() if ".attn_last.fc" in p.name}
+    flat = {p.name: p.asnumpy() for p in folded.get_parameters() if ".attn_last.fc" in p.name}
+    assert excite.keys() == flat.keys() and excite
+    for name, value in excite.items():
+        np.testing.assert_array_equal(flat[name], value.reshape(value.shape[0], -1) if value.ndim == 4 else value)
     x = ms.Tensor(np.random.default_rng(4).standard_normal((2, 3, 64, 64)).astype(np.float32))
     ms.set_context(mode=ms.GRAPH_MODE)
     try:

@@ -1,4 +1,6 @@
 """The fused CPU kernels compute what the MindSpore-operator forms and the float64 formulas do."""
+from functools import partial
+
 import mindspore as ms
 import numpy as np
 import pytest
@@ -8,7 +10,8 @@ from src.deploy.export import create_deploy_network
 from src.models.layers import GammaAct, ScaledStdConv2d, apply_fast_forms, cpu_kernels
 from src.models.layers.activations import ScaledGELU
 from src.models.layers.conv2d_same import Conv2dSame, Im2ColConv2dSame
-from src.models.layers.rowwise import MeanHW, MulRows, mul_rows
+from src.models.layers.pooling import AvgPool2x2Same
+from src.models.layers.rowwise import MeanHW, MulRows, MulRowsAdd, mul_rows
 from src.models.layers.std_conv import WeightStandardization
 
 from live_weights import live_nano
@@ -101,7 +104,8 @@ def test_exported_networks_use_no_fused_kernels():
     kinds = {type(c) for _, c in deployed.cells_and_names()}
     assert GammaAct in kinds and Conv2dSame not in kinds  # plain GELU, folded convolutions
     assert not kinds & {cpu_kernels.FusedScaledGELU, cpu_kernels.FusedWeightStandardization,
-                        cpu_kernels.FusedConv2dSame, cpu_kernels.FusedMulRows, cpu_kernels.FusedMeanHW}
+                        cpu_kernels.FusedConv2dSame, cpu_kernels.FusedMulRows, cpu_kernels.FusedMeanHW,
+                        cpu_kernels.FusedMulRowsAdd, cpu_kernels.FusedAvgPool2x2Same}
     x = ms.Tensor(np.random.default_rng(2).standard_normal((1, 3, 64, 64)).astype(np.float32))
     net.set_train(False)
     want = net(x).asnumpy()
@@ -188,7 +192,7 @@ def test_no_fused_chain_where_a_blocked_layout_would_be_padded():
     from src.models.layers import ScaledStdConv2d as Conv
 
     cfg = NfCfg(depths=(1,), channels=(40,), group_size=8)
-    block = NormFreeBlock(40, 40, 1, 0.2, 1.0, cfg, Conv, lambda: GammaAct("gelu"), 0.0)  # 24 between
+    block = NormFreeBlock(40, 40, 1, 0.2, 1.0, cfg, Conv, partial(GammaAct, "gelu"), 0.0)  # 24 between
     apply_fast_forms(block)
     assert block.fused_chain is None and block.conv1.out_channels % 16
 
@@ -227,6 +231,44 @@ def test_fused_squeeze_mean_and_channel_scale_match_operator_forms_on_nchw_witho
     for g, w in zip(ms.vjp(fused_mul, x, gate)[1](dout), ms.vjp(plain_mul, x, gate)[1](dout)):
         assert g.shape == w.shape
         np.testing.assert_allclose(g.asnumpy(), w.asnumpy(), rtol=0, atol=5e-6)
+
+
+def test_fused_gate_and_shortcut_compute_the_operator_forms_floats():
+    # an NF block's SE gate times its branch plus the shortcut, in one pass: the same floats as the
+    # Mul then Add (the product is rounded before the sum); gradients as MulRows' and dout for the addend
+    rng = np.random.default_rng(5)
+    x, addend, dout = (ms.Tensor(rng.standard_normal((3, 5, 7, 9)).astype(np.float32)) for _ in range(3))
+    gate = ms.Tensor(rng.standard_normal((3, 5)).astype(np.float32))
+    plain, fused = MulRowsAdd(), cpu_kernels.FusedMulRowsAdd()
+    np.testing.assert_array_equal(fused(x, gate, addend).asnumpy(), plain(x, gate, addend).asnumpy())
+    got, want = ms.vjp(fused, x, gate, addend)[1](dout), ms.vjp(plain, x, gate, addend)[1](dout)
+    np.testing.assert_array_equal(got[0].asnumpy(), want[0].asnumpy())
+    np.testing.assert_allclose(got[1].asnumpy(), want[1].asnumpy(), rtol=0, atol=5e-6)
+    np.testing.assert_array_equal(got[2].asnumpy(), dout.asnumpy())
+
+
+def _avg_pool_2x2_ceil_valid(x):
+    """timm's AvgPool2d(2, 2, ceil_mode=True, count_include_pad=False) in float64."""
+    n, c, h, w = x.shape
+    out = np.zeros((n, c, (h + 1) // 2, (w + 1) // 2))
+    for oy in range(out.shape[2]):
+        for ox in range(out.shape[3]):
+            out[:, :, oy, ox] = x[:, :, 2 * oy:2 * oy + 2, 2 * ox:2 * ox + 2].astype(np.float64).mean((2, 3))
+    return out
+
+
+@pytest.mark.parametrize("hw", [(6, 8), (7, 5), (1, 3)])
+def test_fused_shortcut_pool_matches_the_operator_form_on_even_and_odd_sizes(hw):
+    rng = np.random.default_rng(6)
+    x = ms.Tensor(rng.standard_normal((2, 3, *hw)).astype(np.float32))
+    plain, fused = AvgPool2x2Same(), cpu_kernels.FusedAvgPool2x2Same()
+    got, want = fused(x).asnumpy(), plain(x).asnumpy()
+    assert got.shape == want.shape == (2, 3, (hw[0] + 1) // 2, (hw[1] + 1) // 2)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(got, _avg_pool_2x2_ceil_valid(x.asnumpy()), rtol=0, atol=1e-6)
+    dout = ms.Tensor(rng.standard_normal(want.shape).astype(np.float32))
+    # each pixel's gradient is its window's over the window's count (a power of two): exact
+    np.testing.assert_array_equal(ms.vjp(fused, x)[1](dout)[0].asnumpy(), ms.vjp(plain, x)[1](dout)[0].asnumpy())
 
 
 @pytest.mark.parametrize("bad", [np.inf, -np.inf, np.nan])

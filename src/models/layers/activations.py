@@ -30,15 +30,16 @@ class GammaAct(nn.Cell):
     """act(x) * gamma, with GELU in its exact (erf) form as in timm, or its tanh form (gelu_form).
 
     The earlier MindSpore port stored gamma and never applied it; here it is part of the
-    activation itself, so no caller can forget it.
+    activation itself, so no caller can forget it. `scale` is a constant factor folded into gamma:
+    an NF block's act(x) * beta as one multiplication (one pass over the activation, not two).
     """
 
-    def __init__(self, act_type="gelu", gamma=None, gelu_form="exact"):
+    def __init__(self, act_type="gelu", gamma=None, gelu_form="exact", scale=1.0):
         super().__init__()
         if act_type not in NONLINEARITY_GAMMA:
             raise ValueError(f"unknown activation {act_type!r}; allowed: {sorted(NONLINEARITY_GAMMA)}")
         self.act_type = act_type
-        self.gamma = float(NONLINEARITY_GAMMA[act_type] if gamma is None else gamma)
+        self.gamma = float(NONLINEARITY_GAMMA[act_type] if gamma is None else gamma) * float(scale)
         self.gelu_form = check_gelu_form(gelu_form)
         self.approximate = _APPROXIMATE[gelu_form]
 

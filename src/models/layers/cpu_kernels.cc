@@ -514,6 +514,66 @@ extern "C" int Col2ImSame(int nparam, void **params, int *ndims, int64_t **shape
   return 0;
 }
 
+// 2x2 average pooling with stride 2 and TensorFlow SAME padding (none for an even size, one row or
+// column after an odd one), averaging the valid pixels only: nn.AvgPool2d(2, 2, pad_mode="same"), the
+// transition blocks' shortcut. params: x (n, c, h, w), out (n, c, ceil(h / 2), ceil(w / 2)).
+extern "C" int AvgPool2x2Same(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
+                              void *, void *) {
+  if (nparam != 2 || ndims[0] != 4 || ndims[1] != 4 || !all_float32(nparam, dtypes)) return 1;
+  const int64_t planes = shapes[0][0] * shapes[0][1], h = shapes[0][2], w = shapes[0][3];
+  const int64_t oh = (h + 1) / 2, ow = (w + 1) / 2;
+  if (shapes[1][2] != oh || shapes[1][3] != ow || numel(4, shapes[1]) != planes * oh * ow) return 1;
+  const float *x = input(params, 0);
+  float *out = output(params, 1);
+  parallel_for(planes * oh, [&](int64_t row) {
+    const int64_t oy = row % oh;
+    const float *top = x + (row / oh) * h * w + 2 * oy * w;
+    const float *bottom = 2 * oy + 1 < h ? top + w : nullptr;
+    float *dst = out + row * ow;
+    const int64_t full = w / 2;  // the windows with both columns
+    if (bottom) {
+#pragma omp simd
+      for (int64_t ox = 0; ox < full; ++ox)
+        dst[ox] = (top[2 * ox] + top[2 * ox + 1] + bottom[2 * ox] + bottom[2 * ox + 1]) * 0.25f;
+      if (full < ow) dst[full] = (top[w - 1] + bottom[w - 1]) * 0.5f;
+    } else {
+#pragma omp simd
+      for (int64_t ox = 0; ox < full; ++ox) dst[ox] = (top[2 * ox] + top[2 * ox + 1]) * 0.5f;
+      if (full < ow) dst[full] = top[w - 1];
+    }
+  });
+  return 0;
+}
+
+// Backward of AvgPool2x2Same: each input pixel gets its window's gradient over the window's count.
+// params: x (its shape only), dout (n, c, ceil(h / 2), ceil(w / 2)), dx (x's shape).
+extern "C" int AvgPool2x2SameBackward(int nparam, void **params, int *ndims, int64_t **shapes,
+                                      const char **dtypes, void *, void *) {
+  if (nparam != 3 || ndims[0] != 4 || ndims[1] != 4 || ndims[2] != 4 || !all_float32(nparam, dtypes)) return 1;
+  const int64_t planes = shapes[0][0] * shapes[0][1], h = shapes[0][2], w = shapes[0][3];
+  const int64_t oh = (h + 1) / 2, ow = (w + 1) / 2;
+  if (shapes[1][2] != oh || shapes[1][3] != ow || numel(4, shapes[1]) != planes * oh * ow ||
+      numel(4, shapes[2]) != planes * h * w)
+    return 1;
+  const float *dout = input(params, 1);
+  float *dx = output(params, 2);
+  parallel_for(planes * h, [&](int64_t row) {
+    const int64_t iy = row % h;
+    const float *src = dout + (row / h) * oh * ow + (iy / 2) * ow;
+    float *dst = dx + row * w;
+    const float rows_scale = (iy / 2) * 2 + 1 < h ? 0.5f : 1.0f;  // 1 / the window's valid rows
+    const float scale = rows_scale * 0.5f;
+#pragma omp simd
+    for (int64_t ox = 0; ox < w / 2; ++ox) {
+      const float v = src[ox] * scale;
+      dst[2 * ox] = v;
+      dst[2 * ox + 1] = v;
+    }
+    if (w % 2) dst[w - 1] = src[ow - 1] * rows_scale;
+  });
+  return 0;
+}
+
 // Matmul output (out_channels, n, m) -> NCHW (n, out_channels, m) plus a per-channel bias.
 // params: y (a, b, m...), bias (a,), out (b, a, m...).
 extern "C" int ChannelsToNCHWBias(int nparam, void **params, int *ndims, int64_t **shapes,
@@ -782,6 +842,33 @@ extern "C" int MulRows(int nparam, void **params, int *ndims, int64_t **shapes, 
   });
   return 0;
 }
+
+// MulRows plus a same-shaped addend: out = x * factor[row] + addend, an NF block's gated branch and
+// its shortcut in one pass. The product is rounded before the sum, as in two kernels: fp-contract=off
+// keeps GCC from making them one FMA here (it did, 1 ulp off in a fifth of the elements). Its backward
+// is MulRowsBackward's, and dout for the addend. params: x, factor, addend, out.
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+extern "C" int MulRowsAdd(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *,
+                          void *) {
+  int64_t rows = 0, k = 0;
+  if (!row_view(nparam, 4, ndims, shapes, dtypes, &rows, &k)) return 1;
+  if (numel(ndims[2], shapes[2]) != rows * k) return 1;
+  const float *x = input(params, 0);
+  const float *factor = input(params, 1);
+  const float *addend = input(params, 2);
+  float *out = output(params, 3);
+  parallel_for(rows, [&](int64_t r) {
+    const float f = factor[r];
+    const float *src = x + r * k;
+    const float *add = addend + r * k;
+    float *dst = out + r * k;
+#pragma omp simd
+    for (int64_t j = 0; j < k; ++j) dst[j] = src[j] * f + add[j];
+  });
+  return 0;
+}
+#pragma GCC pop_options
 
 // Backward of MulRows: dx = dout * factor, dfactor = row sums of dout * x.
 // params: x, factor, dout, dx, dfactor.

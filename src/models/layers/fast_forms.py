@@ -2,7 +2,8 @@
 
 Every layer holds its backend-sensitive arithmetic in a small parameter-free cell (the
 convolution and the weight standardization of ScaledStdConv2d, GammaAct itself, MulRows
-in SqueezeExcite and DropPath, MeanHW in SqueezeExcite). Here each is replaced in place by a
+in SqueezeExcite and DropPath, MeanHW and MulRowsAdd in SqueezeExcite, AvgPool2x2Same in
+the transition blocks' shortcut). Here each is replaced in place by a
 subclass that computes the same function faster on this backend; parameters, their names and checkpoints are
 untouched. train.py and eval.py build their network with it (src/builders.py); export.py
 only for --conv_impl fused_cpu (a MINDIR for this machine's CPU), so exported models hold the
@@ -12,7 +13,8 @@ from .activations import GammaAct, ScaledGELU, ScaledTanhGELU
 from .config import active_forms
 from .conv2d_same import Conv2dSame, Im2ColConv2dSame
 from .replace import replace_cells
-from .rowwise import MeanHW, MulRows
+from .pooling import AvgPool2x2Same
+from .rowwise import MeanHW, MulRows, MulRowsAdd
 from .std_conv import WeightStandardization
 
 
@@ -43,7 +45,9 @@ def _swaps(forms):
              (MeanHW, _every, lambda c: k.FusedMeanHW())]
     if forms.cpu_operators:
         swaps += [(Conv2dSame, _every, lambda c: k.FusedConv2dSame(c.kernel_size, c.stride, c.groups)),
-                  (GammaAct, _is_gelu, lambda c: k.FusedScaledGELU(c.gamma, c.gelu_form))]
+                  (GammaAct, _is_gelu, lambda c: k.FusedScaledGELU(c.gamma, c.gelu_form)),
+                  (MulRowsAdd, _every, lambda c: k.FusedMulRowsAdd()),
+                  (AvgPool2x2Same, _every, lambda c: k.FusedAvgPool2x2Same())]
     return swaps
 
 

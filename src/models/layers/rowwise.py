@@ -23,16 +23,26 @@ def mul_rows(rows, factor):
     return rows * ops.broadcast_to(factor, rows.shape)
 
 
-class MulRows(nn.Cell):
-    """`mul_rows` as a cell, so a backend's fast form can take its place (fast_forms.py).
+def scale_rows(x, factor):
+    """x (any shape) viewed as (R, K), R = factor.size, times factor: an (R, 1) factor, or (N, C) for
+    an NCHW x (one factor per sample and channel); the result has x's shape."""
+    rows = factor.size
+    return mul_rows(x.reshape(rows, -1), factor.reshape(rows, 1)).reshape(x.shape)
 
-    x (any shape) viewed as (R, K), R = factor.size: an (R, 1) factor, or (N, C) for an NCHW x (one
-    factor per sample and channel); the result has x's shape.
-    """
+
+class MulRows(nn.Cell):
+    """`scale_rows` as a cell, so a backend's fast form can take its place (fast_forms.py)."""
 
     def construct(self, x, factor):
-        rows = factor.size
-        return mul_rows(x.reshape(rows, -1), factor.reshape(rows, 1)).reshape(x.shape)
+        return scale_rows(x, factor)
+
+
+class MulRowsAdd(nn.Cell):
+    """scale_rows(x, factor) + addend (x's shape): an NF block's gated branch plus its shortcut, a
+    cell so that a backend's fast form can do both in one pass (fast_forms.py)."""
+
+    def construct(self, x, factor, addend):
+        return scale_rows(x, factor) + addend
 
 
 def mean_hw(x, keep_dims=False):

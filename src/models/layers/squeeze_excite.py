@@ -4,7 +4,7 @@ import math
 from mindspore import nn, ops
 from mindspore.common.initializer import Normal, Zero
 
-from .rowwise import MeanHW, MulRows, rowwise
+from .rowwise import MeanHW, MulRows, MulRowsAdd, rowwise
 
 
 class SqueezeExcite(nn.Cell):
@@ -12,6 +12,7 @@ class SqueezeExcite(nn.Cell):
 
     `scale` (default 1) is a number, a scalar tensor or one factor per sample (N, 1), multiplied
     into the (N, C) gate: a block's later per-sample and scalar factors cost no pass over x.
+    `addend` (x's shape), when given, is added to the result: a block's shortcut, in the same pass.
 
     Names fc1/fc2 and their shapes follow timm's SEModule so weights move 1:1. The SE
     output is computed in float32 (the gate is sensitive to low precision under AMP).
@@ -25,10 +26,13 @@ class SqueezeExcite(nn.Cell):
                              weight_init=Normal(1.0 / math.sqrt(rd_channels)), bias_init=Zero())
         self.mean_hw = MeanHW()
         self.mul_rows = MulRows()
+        self.mul_rows_add = MulRowsAdd()
 
-    def construct(self, x, scale=1.0):
+    def construct(self, x, scale=1.0, addend=None):
         # The 1x1 convs on a 1x1 map are dense layers: MindSpore's CPU conv kernel is very
         # slow on 1x1 feature maps (measured: minutes for a train step), a matmul is not.
         s = ops.relu(ops.dense(self.mean_hw(x), rowwise(self.fc1.weight), self.fc1.bias))
         s = ops.sigmoid(ops.dense(s, rowwise(self.fc2.weight), self.fc2.bias)) * scale
-        return self.mul_rows(x, s)  # one row per (sample, channel): see rowwise.py
+        if addend is None:
+            return self.mul_rows(x, s)  # one row per (sample, channel): see rowwise.py
+        return self.mul_rows_add(x, s, addend)
