@@ -18,6 +18,7 @@ from mindspore.common.initializer import Normal, Zero
 from src.variants import VARIANTS
 
 from .layers import AvgPool2x2Same, DropPath, Dropout, GammaAct, ScaledStdConv2d, SqueezeExcite
+from .layers.activations import PreActivation
 from .layers.rowwise import mean_hw
 from .registry import register_model
 
@@ -112,7 +113,7 @@ class NormFreeBlock(nn.Cell):
         self.downsample = None
         if in_chs != out_chs or stride != 1:
             self.downsample = DownsampleAvg(in_chs, out_chs, stride, conv_layer)
-        self.act1 = act_layer(scale=beta)  # act(x) * beta
+        self.act1 = PreActivation(act_layer(scale=beta), self.downsample is None)  # act(x) * beta, shortcut input
         self.conv1 = conv_layer(in_chs, mid_chs, 1)
         self.act2 = act_layer()
         self.conv2 = conv_layer(mid_chs, mid_chs, 3, stride=stride, groups=groups)
@@ -132,10 +133,9 @@ class NormFreeBlock(nn.Cell):
         return (self.conv1, self.conv2, self.conv2b, self.conv3), (self.act2, self.act2b, self.act3)
 
     def construct(self, x):
-        out = self.act1(x)  # act(x) * beta: beta is folded into the activation's gamma
-        shortcut = x
+        out, shortcut = self.act1(x)  # act(x) * beta (beta folded into its gamma), and x or act(x) * beta
         if self.downsample is not None:
-            shortcut = self.downsample(out)
+            shortcut = self.downsample(shortcut)
         if self.fused_chain is not None:
             out = self.fused_chain(out, self.conv1.standardized_weight(), self.conv1.bias,
                                    self.conv2.standardized_weight(), self.conv2.bias,

@@ -8,10 +8,10 @@ from mindspore import ops
 
 from src.deploy.export import create_deploy_network
 from src.models.layers import GammaAct, ScaledStdConv2d, apply_fast_forms, cpu_kernels
-from src.models.layers.activations import ScaledGELU
+from src.models.layers.activations import PreActivation, ScaledGELU
 from src.models.layers.conv2d_same import Conv2dSame, Im2ColConv2dSame
 from src.models.layers.pooling import AvgPool2x2Same
-from src.models.layers.rowwise import MeanHW, MulRows, MulRowsAdd, mul_rows
+from src.models.layers.rowwise import MulRows, MulRowsAdd, SqueezeHW, mul_rows
 from src.models.layers.std_conv import WeightStandardization
 
 from live_weights import live_nano
@@ -104,8 +104,9 @@ def test_exported_networks_use_no_fused_kernels():
     kinds = {type(c) for _, c in deployed.cells_and_names()}
     assert GammaAct in kinds and Conv2dSame not in kinds  # plain GELU, folded convolutions
     assert not kinds & {cpu_kernels.FusedScaledGELU, cpu_kernels.FusedWeightStandardization,
-                        cpu_kernels.FusedConv2dSame, cpu_kernels.FusedMulRows, cpu_kernels.FusedMeanHW,
-                        cpu_kernels.FusedMulRowsAdd, cpu_kernels.FusedAvgPool2x2Same}
+                        cpu_kernels.FusedConv2dSame, cpu_kernels.FusedMulRows, cpu_kernels.FusedSqueezeHW,
+                        cpu_kernels.FusedMulRowsAdd, cpu_kernels.FusedAvgPool2x2Same,
+                        cpu_kernels.FusedPreActivation}
     x = ms.Tensor(np.random.default_rng(2).standard_normal((1, 3, 64, 64)).astype(np.float32))
     net.set_train(False)
     want = net(x).asnumpy()
@@ -218,15 +219,18 @@ def test_fused_squeeze_mean_and_channel_scale_match_operator_forms_on_nchw_witho
     gate = ms.Tensor(rng.standard_normal((3, 5)).astype(np.float32))
     dmean = ms.Tensor(rng.standard_normal((3, 5)).astype(np.float32))
     dout = ms.Tensor(rng.standard_normal((3, 5, 7, 9)).astype(np.float32))
-    plain_mean, plain_mul = MeanHW(), MulRows()
-    fused_mean, fused_mul = cpu_kernels.FusedMeanHW(), cpu_kernels.FusedMulRows()
-    got, want = fused_mean(x), plain_mean(x)
+    plain_mean, plain_mul = SqueezeHW(), MulRows()
+    fused_mean, fused_mul = cpu_kernels.FusedSqueezeHW(), cpu_kernels.FusedMulRows()
+    (got, passed), (want, _) = fused_mean(x), plain_mean(x)
     assert got.shape == want.shape == (3, 5)
+    np.testing.assert_array_equal(passed.asnumpy(), x.asnumpy())
     np.testing.assert_allclose(got.asnumpy(), want.asnumpy(), rtol=0, atol=1e-6)
     np.testing.assert_allclose(got.asnumpy(), x.asnumpy().astype(np.float64).mean((2, 3)), rtol=0, atol=1e-6)
-    # the mean's gradient: dmean / (H * W) everywhere, the operator form's division
-    np.testing.assert_array_equal(ms.vjp(fused_mean, x)[1](dmean)[0].asnumpy(),
-                                  ms.vjp(plain_mean, x)[1](dmean)[0].asnumpy())
+    # the mean's gradient dmean / (H * W) (the operator form's division) plus x's gradient from the gate,
+    # as autodiff adds them
+    grads = (dmean, dout)
+    np.testing.assert_array_equal(ms.vjp(fused_mean, x)[1](grads)[0].asnumpy(),
+                                  ms.vjp(plain_mean, x)[1](grads)[0].asnumpy())
     np.testing.assert_array_equal(fused_mul(x, gate).asnumpy(), plain_mul(x, gate).asnumpy())
     for g, w in zip(ms.vjp(fused_mul, x, gate)[1](dout), ms.vjp(plain_mul, x, gate)[1](dout)):
         assert g.shape == w.shape
@@ -245,6 +249,22 @@ def test_fused_gate_and_shortcut_compute_the_operator_forms_floats():
     np.testing.assert_array_equal(got[0].asnumpy(), want[0].asnumpy())
     np.testing.assert_allclose(got[1].asnumpy(), want[1].asnumpy(), rtol=0, atol=5e-6)
     np.testing.assert_array_equal(got[2].asnumpy(), dout.asnumpy())
+
+
+@pytest.mark.parametrize("gelu_form", ["exact", "tanh"])
+@pytest.mark.parametrize("shortcut_reads_input", [True, False])
+def test_fused_pre_activation_sums_the_shortcuts_gradient_as_autodiff_does(gelu_form, shortcut_reads_input):
+    # an NF block's first GELU and its shortcut's input: the same floats as the fused GELU, and as its
+    # backward with autodiff's AddN of the two gradients before it (transition) or after it (identity)
+    rng = np.random.default_rng(7)
+    x, dy, dshortcut = (ms.Tensor(rng.standard_normal((2, 3, 5, 7)).astype(np.float32) * 2) for _ in range(3))
+    fused = cpu_kernels.FusedPreActivation(1.3, gelu_form, shortcut_reads_input)
+    plain = PreActivation(cpu_kernels.FusedScaledGELU(1.3, gelu_form), shortcut_reads_input)
+    for got, want in zip(fused(x), plain(x)):
+        np.testing.assert_array_equal(got.asnumpy(), want.asnumpy())
+    got = ms.vjp(fused, x)[1]((dy, dshortcut))[0].asnumpy()
+    want = ms.vjp(plain, x)[1]((dy, dshortcut))[0].asnumpy()
+    np.testing.assert_array_equal(got, want)
 
 
 def _avg_pool_2x2_ceil_valid(x):

@@ -33,8 +33,9 @@ THREADS = 2  # the pool splits every kernel into two chunks on both sides (emula
 KERNELS = {"ScaledGeluForward", "ScaledGeluBackward", "ScaledTanhGeluForward", "ScaledTanhGeluBackward",
            "WeightStandardizeForward", "WeightStandardizeBackward",
            "Im2ColSame", "Col2ImSame", "ChannelsToNCHWBias", "ChannelsToNCHWBiasBackward", "SgdAgcUpdate",
-           "EmaUpdate", "AllFinite", "MulRows", "MulRowsBackward", "MeanRows",
-           "MeanRowsBackward"}  # every kernel but the oneDNN ones
+           "EmaUpdate", "AllFinite", "MulRows", "MulRowsBackward", "MulRowsAdd", "MeanRows", "MeanRowsBackward",
+           "ScaledGeluBackwardFork", "ScaledTanhGeluBackwardFork", "AvgPool2x2Same",
+           "AvgPool2x2SameBackward"}  # every kernel but the oneDNN ones
 
 
 def _needs(*tools):
@@ -157,9 +158,13 @@ def _calls(rng):
         x = normal(*shape, scale=2.5)
         x.flat[:4] = [-6.0, 6.0, 0.0, -4.5]  # the erf clamp and the exp clamp
         dy, gamma = normal(*shape), np.array([1.3], f32)
+        dshortcut = normal(*shape)
         for form in ("", "Tanh"):  # timm's exact GELU and DeepMind's tanh form
             calls += [(f"{form}gelu{shape}", f"Scaled{form}GeluForward", [x, gamma, _out(*shape)], 2),
                       (f"{form}gelu_grad{shape}", f"Scaled{form}GeluBackward", [x, dy, gamma, _out(*shape)], 3)]
+            for sum_first in (0.0, 1.0):  # an NF block's first GELU with its shortcut's gradient
+                calls.append((f"{form}gelu_fork{shape}{sum_first}", f"Scaled{form}GeluBackwardFork",
+                              [x, dy, dshortcut, np.array([1.3, sum_first], f32), _out(*shape)], 4))
     for rows, fan in [(96, (32, 3, 3)), (7, (5, 1, 1))]:
         w = normal(rows, *fan, scale=0.1) + f32(0.05)
         gain, up = normal(rows, 1, 1, 1), normal(rows, *fan)
@@ -206,16 +211,23 @@ def _calls(rng):
     calls += [("mul_rows", "MulRows", [rows, factor, _out(6, 50)], 2),
               ("mul_rows_grad", "MulRowsBackward", [rows, factor, dout, _out(6, 50), _out(6, 1)], 3)]
     nchw, gate, dmean = normal(3, 5, 7, 9), normal(3, 5), normal(3, 5)  # an SE's squeeze and gate on NCHW
+    shortcut, dgate = normal(3, 5, 7, 9), normal(3, 5, 7, 9)
     calls += [("mul_rows_nchw", "MulRows", [nchw, gate, _out(3, 5, 7, 9)], 2),
+              ("mul_rows_add", "MulRowsAdd", [nchw, gate, shortcut, _out(3, 5, 7, 9)], 3),
               ("mean_rows", "MeanRows", [nchw, _out(3, 5)], 1),
-              ("mean_rows_grad", "MeanRowsBackward", [nchw, dmean, _out(3, 5, 7, 9)], 2)]
+              ("mean_rows_grad", "MeanRowsBackward", [nchw, dmean, dgate, _out(3, 5, 7, 9)], 3)]
+    for h, w in [(8, 6), (7, 9)]:  # the shortcut's pool on even and odd sizes
+        x, dout = normal(2, 3, h, w), normal(2, 3, (h + 1) // 2, (w + 1) // 2)
+        calls += [(f"avg_pool{h, w}", "AvgPool2x2Same", [x, _out(*dout.shape)], 1),
+                  (f"avg_pool_grad{h, w}", "AvgPool2x2SameBackward", [x, dout, _out(*x.shape)], 2)]
     return calls
 
 
 # Kernels whose every output element is one IEEE operation (or a copy) of the inputs, or a sum in a
 # fixed order: the same bits on any CPU. The others reduce with vector-width-dependent order or
 # contract to FMA differently (NEON 4 lanes, AVX2 8, AVX-512 16): float32 rounding apart.
-EXACT = {"Im2ColSame", "Col2ImSame", "ChannelsToNCHWBias", "MulRows", "AllFinite", "MeanRowsBackward"}
+EXACT = {"Im2ColSame", "Col2ImSame", "ChannelsToNCHWBias", "MulRows", "MulRowsAdd", "AllFinite", "MeanRowsBackward",
+         "AvgPool2x2Same", "AvgPool2x2SameBackward"}
 
 
 def test_aarch64_kernels_equal_the_x86_kernels_mindspore_runs(builds, tmp_path, fused_kernels):

@@ -53,6 +53,24 @@ class GammaAct(nn.Cell):
         return y * self.gamma
 
 
+class PreActivation(nn.Cell):
+    """An NF block's activated input with its shortcut's input: (act(x), x), or with `shortcut_reads_input`
+    False (a transition block, whose shortcut convolves the activated input) (act(x), act(x)).
+
+    One cell, so that a backend's fast form can take its place (fast_forms.py) and sum the two gradients
+    inside the activation's backward pass; autodiff adds them in an AddN pass of its own.
+    """
+
+    def __init__(self, act, shortcut_reads_input=True):
+        super().__init__()
+        self.act = act
+        self.shortcut_reads_input = shortcut_reads_input
+
+    def construct(self, x):
+        y = self.act(x)
+        return (y, x) if self.shortcut_reads_input else (y, y)
+
+
 _SQRT_HALF = 0.7071067811865476  # 1 / sqrt(2)
 _INV_SQRT_2PI = 0.3989422804014327  # 1 / sqrt(2 pi)
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)

@@ -294,6 +294,53 @@ extern "C" int ScaledTanhGeluBackward(int nparam, void **params, int *ndims, int
 
 namespace {
 
+// The backward of an NF block's first activation, whose input x (or whose output) the shortcut reads
+// too (layers/activations.py: PreActivation): with sum_first, dx = (dy + dy_shortcut) * gamma * slope(x),
+// else dx = dy * gamma * slope(x) + dy_shortcut. The same floats as the GELU backward kernel and an AddN
+// before or after it: the sum is its own loop over a block still in cache, so that GCC cannot contract
+// it with the product into an FMA.
+template <typename Slope>
+int gelu_backward_fork(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, Slope slope) {
+  if (nparam != 5 || !all_float32(5, dtypes)) return 1;
+  const int64_t n = numel(ndims[0], shapes[0]);
+  if (numel(ndims[1], shapes[1]) != n || numel(ndims[2], shapes[2]) != n) return 1;
+  const float *x = input(params, 0);
+  const float *dy = input(params, 1);
+  const float *dy_shortcut = input(params, 2);
+  const float gamma = input(params, 3)[0];
+  const bool sum_first = input(params, 3)[1] != 0.0f;
+  float *dx = output(params, 4);
+  if (sum_first) {
+    parallel_simd(n, [=](int64_t i) { dx[i] = (dy[i] + dy_shortcut[i]) * gamma * slope(x[i]); });
+    return 0;
+  }
+  constexpr int64_t kBlock = 4096;
+  parallel_for((n + kBlock - 1) / kBlock, [=](int64_t b) {
+    const int64_t begin = b * kBlock, end = std::min(n, begin + kBlock);
+#pragma omp simd
+    for (int64_t i = begin; i < end; ++i) dx[i] = dy[i] * gamma * slope(x[i]);
+#pragma omp simd
+    for (int64_t i = begin; i < end; ++i) dx[i] += dy_shortcut[i];
+  });
+  return 0;
+}
+
+}  // namespace
+
+// gelu_backward_fork of the exact GELU. params: x, dy, dy_shortcut, consts (2,) = [gamma, sum_first], dx.
+extern "C" int ScaledGeluBackwardFork(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
+                                      void *, void *) {
+  return gelu_backward_fork(nparam, params, ndims, shapes, dtypes, [](float v) { return gelu_slope(v); });
+}
+
+// gelu_backward_fork of the tanh GELU. params as ScaledGeluBackwardFork.
+extern "C" int ScaledTanhGeluBackwardFork(int nparam, void **params, int *ndims, int64_t **shapes,
+                                          const char **dtypes, void *, void *) {
+  return gelu_backward_fork(nparam, params, ndims, shapes, dtypes, [](float v) { return tanh_gelu_slope(v); });
+}
+
+namespace {
+
 // mean and the reciprocal standard deviation of one row of k values (two passes, float64 sums):
 // timm's 1/sqrt(var + eps), or, with deepmind, DeepMind's sqrt(k) / sqrt(max(k * var, eps)) (the
 // sqrt(k) cancels the layer's scale gamma / sqrt(k)). Returns true when DeepMind's floor is taken
@@ -917,19 +964,25 @@ extern "C" int MeanRows(int nparam, void **params, int *ndims, int64_t **shapes,
   return 0;
 }
 
-// Backward of MeanRows: dx[r, j] = dout[r] / K, one pass (the operator form tiles dout to x's shape,
-// then divides the tiled tensor: two passes and a temporary). params: x (its shape only), dout, dx.
+// Backward of MeanRows for an x that another op reads too (the SE gate: layers/rowwise.py SqueezeHW):
+// dx[r, j] = dx_other[r, j] + dout[r] / K, one pass (the operator form tiles dout to x's shape, divides
+// the tiled tensor, and autodiff adds dx_other: three passes and two temporaries).
+// params: x (its shape only), dout, dx_other (x's shape), dx.
 extern "C" int MeanRowsBackward(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
                                 void *, void *) {
   int64_t rows = 0, k = 0;
-  if (!row_view(nparam, 3, ndims, shapes, dtypes, &rows, &k)) return 1;
+  if (!row_view(nparam, 4, ndims, shapes, dtypes, &rows, &k)) return 1;
+  if (numel(ndims[2], shapes[2]) != rows * k) return 1;
   const float *dout = input(params, 1);
-  float *dx = output(params, 2);
+  const float *dx_other = input(params, 2);
+  float *dx = output(params, 3);
   const float count = static_cast<float>(k);
   parallel_for(rows, [&](int64_t r) {
     const float v = dout[r] / count;
+    const float *other = dx_other + r * k;
     float *o = dx + r * k;
-    for (int64_t j = 0; j < k; ++j) o[j] = v;
+#pragma omp simd
+    for (int64_t j = 0; j < k; ++j) o[j] = other[j] + v;
   });
   return 0;
 }

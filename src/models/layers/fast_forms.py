@@ -1,20 +1,20 @@
 """The pass that gives a built network its backend's fast forms (config.py says which).
 
 Every layer holds its backend-sensitive arithmetic in a small parameter-free cell (the
-convolution and the weight standardization of ScaledStdConv2d, GammaAct itself, MulRows
-in SqueezeExcite and DropPath, MeanHW and MulRowsAdd in SqueezeExcite, AvgPool2x2Same in
-the transition blocks' shortcut). Here each is replaced in place by a
+convolution and the weight standardization of ScaledStdConv2d, GammaAct itself and the
+blocks' PreActivation, MulRows in SqueezeExcite and DropPath, SqueezeHW and MulRowsAdd in
+SqueezeExcite, AvgPool2x2Same in the transition blocks' shortcut). Here each is replaced in place by a
 subclass that computes the same function faster on this backend; parameters, their names and checkpoints are
 untouched. train.py and eval.py build their network with it (src/builders.py); export.py
 only for --conv_impl fused_cpu (a MINDIR for this machine's CPU), so exported models hold the
 plain forms unless asked for by that name.
 """
-from .activations import GammaAct, ScaledGELU, ScaledTanhGELU
+from .activations import GammaAct, PreActivation, ScaledGELU, ScaledTanhGELU
 from .config import active_forms
 from .conv2d_same import Conv2dSame, Im2ColConv2dSame
 from .replace import replace_cells
 from .pooling import AvgPool2x2Same
-from .rowwise import MeanHW, MulRows, MulRowsAdd
+from .rowwise import MulRows, MulRowsAdd, SqueezeHW
 from .std_conv import WeightStandardization
 
 
@@ -42,10 +42,12 @@ def _swaps(forms):
     swaps = [(WeightStandardization, _every, lambda c: k.FusedWeightStandardization(c.scale, c.eps, c.form,
                                                                                          c.fan_in)),
              (MulRows, _every, lambda c: k.FusedMulRows()),
-             (MeanHW, _every, lambda c: k.FusedMeanHW())]
+             (SqueezeHW, _every, lambda c: k.FusedSqueezeHW())]
     if forms.cpu_operators:
         swaps += [(Conv2dSame, _every, lambda c: k.FusedConv2dSame(c.kernel_size, c.stride, c.groups)),
                   (GammaAct, _is_gelu, lambda c: k.FusedScaledGELU(c.gamma, c.gelu_form)),
+                  (PreActivation, lambda c: _is_gelu(c.act),
+                   lambda c: k.FusedPreActivation(c.act.gamma, c.act.gelu_form, c.shortcut_reads_input)),
                   (MulRowsAdd, _every, lambda c: k.FusedMulRowsAdd()),
                   (AvgPool2x2Same, _every, lambda c: k.FusedAvgPool2x2Same())]
     return swaps

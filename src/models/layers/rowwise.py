@@ -52,11 +52,13 @@ def mean_hw(x, keep_dims=False):
     return m.reshape(n, c, 1, 1) if keep_dims else m.reshape(n, c)
 
 
-class MeanHW(nn.Cell):
-    """`mean_hw` (N, C) as a cell, so a backend's fast form can take its place (fast_forms.py)."""
+class SqueezeHW(nn.Cell):
+    """(mean_hw(x), x): the SE squeeze (N, C) and the tensor it gates, from one cell, so that a backend's
+    fast form can take its place (fast_forms.py) and add the two gradients of x in its own backward pass
+    (autodiff adds them in an AddN pass of its own)."""
 
     def construct(self, x):
-        return mean_hw(x)
+        return mean_hw(x), x
 
 
 def scale_channels(x, scale):

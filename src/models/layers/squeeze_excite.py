@@ -4,7 +4,7 @@ import math
 from mindspore import nn, ops
 from mindspore.common.initializer import Normal, Zero
 
-from .rowwise import MeanHW, MulRows, MulRowsAdd, rowwise
+from .rowwise import MulRows, MulRowsAdd, SqueezeHW, rowwise
 
 
 class SqueezeExcite(nn.Cell):
@@ -24,14 +24,15 @@ class SqueezeExcite(nn.Cell):
                              weight_init=Normal(1.0 / math.sqrt(channels)), bias_init=Zero())
         self.fc2 = nn.Conv2d(rd_channels, channels, 1, has_bias=True,
                              weight_init=Normal(1.0 / math.sqrt(rd_channels)), bias_init=Zero())
-        self.mean_hw = MeanHW()
+        self.squeeze = SqueezeHW()
         self.mul_rows = MulRows()
         self.mul_rows_add = MulRowsAdd()
 
     def construct(self, x, scale=1.0, addend=None):
         # The 1x1 convs on a 1x1 map are dense layers: MindSpore's CPU conv kernel is very
         # slow on 1x1 feature maps (measured: minutes for a train step), a matmul is not.
-        s = ops.relu(ops.dense(self.mean_hw(x), rowwise(self.fc1.weight), self.fc1.bias))
+        s, x = self.squeeze(x)
+        s = ops.relu(ops.dense(s, rowwise(self.fc1.weight), self.fc1.bias))
         s = ops.sigmoid(ops.dense(s, rowwise(self.fc2.weight), self.fc2.bias)) * scale
         if addend is None:
             return self.mul_rows(x, s)  # one row per (sample, channel): see rowwise.py
