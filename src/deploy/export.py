@@ -66,6 +66,8 @@ def create_deploy_network(network, file_format="MINDIR", conv_impl="native", dyn
     dynamic_batch (ONNX only): cells that would fix the batch size in the graph are swapped
     for batch-free forms (src/deploy/onnx_batch.py).
     """
+    from src.models.layers import apply_plain_forms
+
     from .fold import flatten_excite_weights, fold_weight_standardization
     from .gelu import use_onnx_gelu_markers
 
@@ -80,6 +82,8 @@ def create_deploy_network(network, file_format="MINDIR", conv_impl="native", dyn
     folded = fold_weight_standardization(network, CONV_IMPLS[conv_impl])
     if conv_impl == "fused_cpu":
         flatten_excite_weights(folded)  # as eval.py's network (fold_for_cpu_eval)
+    else:
+        apply_plain_forms(folded)  # a network built with this machine's fast forms exports the plain ones
     if file_format == "ONNX":
         use_onnx_gelu_markers(folded)  # export_network turns them into ONNX's Erf GELU
     if dynamic_batch:

@@ -89,3 +89,28 @@ def apply_fast_forms(network, forms=None):
                 cell.fused_chain = _chain_of(cell)
                 count += cell.fused_chain is not None
     return count
+
+
+# each fast form's plain cell, made from the fast form's attributes (apply_plain_forms)
+_PLAIN = [(GammaAct, lambda c: GammaAct(c.act_type, c.gamma, c.gelu_form)),
+          (PreActivation, lambda c: PreActivation(GammaAct(c.act.act_type, c.act.gamma, c.act.gelu_form),
+                                                  c.shortcut_reads_input)),
+          (WeightStandardization, lambda c: WeightStandardization(c.scale, c.eps, c.form, c.fan_in)),
+          (Conv2dSame, lambda c: Conv2dSame(c.kernel_size, c.stride, c.groups)),
+          (MulRows, lambda c: MulRows()), (MulRowsAdd, lambda c: MulRowsAdd()), (SqueezeHW, lambda c: SqueezeHW()),
+          (AvgPool2x2Same, lambda c: AvgPool2x2Same())]
+
+
+def apply_plain_forms(network):
+    """Undo apply_fast_forms on `network` (in place): every fast form back to its plain cell, no fused
+    main paths. Returns the number of cells changed. An export of a network built with fast forms
+    (deploy/export.py) then holds operators every runtime has, not this machine's kernels."""
+    count = 0
+    for _name, cell in list(network.cells_and_names()):
+        if getattr(cell, "fused_chain", None) is not None:
+            cell.fused_chain = None
+            count += 1
+    for plain, make in _PLAIN:
+        count += replace_cells(network, lambda c, plain=plain: isinstance(c, plain) and type(c) is not plain,
+                               lambda _name, c, make=make: make(c))
+    return count
