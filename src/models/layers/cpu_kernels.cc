@@ -871,51 +871,55 @@ static bool row_view(int nparam, int want, int *ndims, int64_t **shapes, const c
   return true;
 }
 
+namespace {
+
+// out = x * factor[row] (+ addend): x viewed as (R, K) with R = the factor's element count. With an
+// addend the product is rounded before the sum, as in two kernels: fp-contract=off keeps GCC from making
+// them one FMA here (it did, 1 ulp off in a fifth of the elements).
+#pragma GCC push_options
+#pragma GCC optimize("fp-contract=off")
+int scale_rows(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, bool with_addend) {
+  int64_t rows = 0, k = 0;
+  if (!row_view(nparam, with_addend ? 4 : 3, ndims, shapes, dtypes, &rows, &k)) return 1;
+  if (with_addend && numel(ndims[2], shapes[2]) != rows * k) return 1;
+  const float *x = input(params, 0);
+  const float *factor = input(params, 1);
+  const float *addend = with_addend ? input(params, 2) : nullptr;
+  float *out = output(params, with_addend ? 3 : 2);
+  parallel_for(rows, [&](int64_t r) {
+    const float f = factor[r];
+    const float *src = x + r * k;
+    float *dst = out + r * k;
+    if (addend == nullptr) {
+#pragma omp simd
+      for (int64_t j = 0; j < k; ++j) dst[j] = src[j] * f;
+    } else {
+      const float *add = addend + r * k;
+#pragma omp simd
+      for (int64_t j = 0; j < k; ++j) dst[j] = src[j] * f + add[j];
+    }
+  });
+  return 0;
+}
+#pragma GCC pop_options
+
+}  // namespace
+
 // x times one factor per row: x viewed as (R, K) with R = the factor's element count (an (R, 1)
 // factor, or (N, C) for an NCHW x: its channels are the rows, so no reshape copies x around the
 // call); SE gates, stochastic-depth masks. params: x, factor, out (x's shape).
 extern "C" int MulRows(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *,
                        void *) {
-  int64_t rows = 0, k = 0;
-  if (!row_view(nparam, 3, ndims, shapes, dtypes, &rows, &k)) return 1;
-  const float *x = input(params, 0);
-  const float *factor = input(params, 1);
-  float *out = output(params, 2);
-  parallel_for(rows, [&](int64_t r) {
-    const float f = factor[r];
-    const float *src = x + r * k;
-    float *dst = out + r * k;
-    for (int64_t j = 0; j < k; ++j) dst[j] = src[j] * f;
-  });
-  return 0;
+  return scale_rows(nparam, params, ndims, shapes, dtypes, false);
 }
 
 // MulRows plus a same-shaped addend: out = x * factor[row] + addend, an NF block's gated branch and
-// its shortcut in one pass. The product is rounded before the sum, as in two kernels: fp-contract=off
-// keeps GCC from making them one FMA here (it did, 1 ulp off in a fifth of the elements). Its backward
-// is MulRowsBackward's, and dout for the addend. params: x, factor, addend, out.
-#pragma GCC push_options
-#pragma GCC optimize("fp-contract=off")
+// its shortcut in one pass. Its backward is MulRowsBackward's, and dout for the addend.
+// params: x, factor, addend, out.
 extern "C" int MulRowsAdd(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *,
                           void *) {
-  int64_t rows = 0, k = 0;
-  if (!row_view(nparam, 4, ndims, shapes, dtypes, &rows, &k)) return 1;
-  if (numel(ndims[2], shapes[2]) != rows * k) return 1;
-  const float *x = input(params, 0);
-  const float *factor = input(params, 1);
-  const float *addend = input(params, 2);
-  float *out = output(params, 3);
-  parallel_for(rows, [&](int64_t r) {
-    const float f = factor[r];
-    const float *src = x + r * k;
-    const float *add = addend + r * k;
-    float *dst = out + r * k;
-#pragma omp simd
-    for (int64_t j = 0; j < k; ++j) dst[j] = src[j] * f + add[j];
-  });
-  return 0;
+  return scale_rows(nparam, params, ndims, shapes, dtypes, true);
 }
-#pragma GCC pop_options
 
 // Backward of MulRows: dx = dout * factor, dfactor = row sums of dout * x.
 // params: x, factor, dout, dx, dfactor.
