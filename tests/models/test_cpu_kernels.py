@@ -12,6 +12,7 @@ from src.models.layers.activations import PreActivation, ScaledGELU
 from src.models.layers.conv2d_same import Conv2dSame, Im2ColConv2dSame
 from src.models.layers.pooling import AvgPool2x2Same
 from src.models.layers.rowwise import MulRows, MulRowsAdd, SqueezeHW, mul_rows
+from src.models.layers.squeeze_excite import DenseAct
 from src.models.layers.std_conv import WeightStandardization
 
 from live_weights import live_nano
@@ -106,7 +107,7 @@ def test_exported_networks_use_no_fused_kernels():
     assert not kinds & {cpu_kernels.FusedScaledGELU, cpu_kernels.FusedWeightStandardization,
                         cpu_kernels.FusedConv2dSame, cpu_kernels.FusedMulRows, cpu_kernels.FusedSqueezeHW,
                         cpu_kernels.FusedMulRowsAdd, cpu_kernels.FusedAvgPool2x2Same,
-                        cpu_kernels.FusedPreActivation}
+                        cpu_kernels.FusedPreActivation, cpu_kernels.FusedDenseAct}
     # a network built with the fast forms (as the bench's) deploys in the plain forms too
     from_fast = create_deploy_network(net, "MINDIR")
     assert not {type(c) for _, c in from_fast.cells_and_names()} - kinds
@@ -269,6 +270,47 @@ def test_fused_pre_activation_sums_the_shortcuts_gradient_as_autodiff_does(gelu_
     got = ms.vjp(fused, x)[1]((dy, dshortcut))[0].asnumpy()
     want = ms.vjp(plain, x)[1]((dy, dshortcut))[0].asnumpy()
     np.testing.assert_array_equal(got, want)
+
+
+def _dense_act_float64(act, x, weight, bias, dy):
+    """act(x W^T + b) and its gradients in float64: (y, dx, dW in W's shape, db)."""
+    x, w, b, dy = (np.asarray(t, np.float64) for t in (x, weight.reshape(weight.shape[0], -1), bias, dy))
+    y = x @ w.T + b
+    if act == "relu":
+        y, dz = np.maximum(y, 0), dy * (y > 0)
+    else:
+        y = 1 / (1 + np.exp(-y))
+        dz = dy * y * (1 - y)
+    return y, dz @ w, (dz.T @ x).reshape(weight.shape), dz.sum(0)
+
+
+@pytest.mark.parametrize("act", ["relu", "sigmoid"])
+@pytest.mark.parametrize("n, fan_in, fan_out", [(1, 40, 24), (3, 70, 33), (8, 96, 48), (9, 300, 520)])
+def test_fused_se_dense_layer_matches_float64_and_the_operator_form_on_the_4d_weight(act, n, fan_in, fan_out):
+    # an SE's fc1 (ReLU) / fc2 (sigmoid) on its (O, I, 1, 1) parameter: batches below, at and past the
+    # kernel's four samples per pass, a fan-in past its 256-column block
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((n, fan_in)).astype(np.float32)
+    weight = (rng.standard_normal((fan_out, fan_in, 1, 1)) / np.sqrt(fan_in)).astype(np.float32)
+    bias, dy = rng.standard_normal(fan_out).astype(np.float32) * 0.3, rng.standard_normal((n, fan_out)).astype(np.float32)
+    args = [ms.Tensor(t) for t in (x, weight, bias)]
+    plain, fused = DenseAct(act), cpu_kernels.FusedDenseAct(act)
+    exact = _dense_act_float64(act, x, weight, bias, dy)
+    got = [fused(*args), *ms.vjp(fused, *args)[1](ms.Tensor(dy))]
+    want = [plain(*args), *ms.vjp(plain, *args)[1](ms.Tensor(dy))]
+    for name, g, w, e in zip(("y", "dx", "dW", "db"), got, want, exact):
+        assert g.shape == w.shape == e.shape, name
+        scale = np.abs(e).max()
+        for other in (w.asnumpy(), e):  # measured <= 9.1e-7 of the scale against either
+            assert np.abs(g.asnumpy() - other).max() <= 5e-6 * scale, name
+    # the folded network's (O, I) matrix (deploy/fold.py): the same kernel, the same floats
+    flat = ms.Tensor(weight.reshape(fan_out, fan_in))
+    np.testing.assert_array_equal(fused(args[0], flat, args[2]).asnumpy(), got[0].asnumpy())
+
+
+def test_se_dense_layer_names_an_unknown_activation():
+    with pytest.raises(ValueError, match="'gelu'"):
+        DenseAct("gelu")
 
 
 def _avg_pool_2x2_ceil_valid(x):

@@ -35,7 +35,8 @@ KERNELS = {"ScaledGeluForward", "ScaledGeluBackward", "ScaledTanhGeluForward", "
            "Im2ColSame", "Col2ImSame", "ChannelsToNCHWBias", "ChannelsToNCHWBiasBackward", "SgdAgcUpdate",
            "EmaUpdate", "AllFinite", "MulRows", "MulRowsBackward", "MulRowsAdd", "MeanRows", "MeanRowsBackward",
            "ScaledGeluBackwardFork", "ScaledTanhGeluBackwardFork", "AvgPool2x2Same",
-           "AvgPool2x2SameBackward"}  # every kernel but the oneDNN ones
+           "AvgPool2x2SameBackward", "DenseReluForward", "DenseReluBackward", "DenseSigmoidForward",
+           "DenseSigmoidBackward"}  # every kernel but the oneDNN ones
 
 
 def _needs(*tools):
@@ -220,6 +221,12 @@ def _calls(rng):
         x, dout = normal(2, 3, h, w), normal(2, 3, (h + 1) // 2, (w + 1) // 2)
         calls += [(f"avg_pool{h, w}", "AvgPool2x2Same", [x, _out(*dout.shape)], 1),
                   (f"avg_pool_grad{h, w}", "AvgPool2x2SameBackward", [x, dout, _out(*x.shape)], 2)]
+    # an SE's dense layers: 6 samples (a pass of four and a rest), 300 inputs (two column blocks)
+    x, w, b, dy = normal(6, 300), normal(40, 300, 1, 1, scale=0.1), normal(40), normal(6, 40)
+    for act, y in (("Relu", np.maximum(normal(6, 40), 0)), ("Sigmoid", rng.uniform(0, 1, (6, 40)).astype(f32))):
+        calls += [(f"dense_{act}", f"Dense{act}Forward", [x, w, b, _out(6, 40)], 3),
+                  (f"dense_{act}_grad", f"Dense{act}Backward", [x, w, b, y, dy, _out(6, 300), _out(*w.shape),
+                                                                _out(40)], 5)]
     return calls
 
 

@@ -991,6 +991,166 @@ extern "C" int MeanRowsBackward(int nparam, void **params, int *ndims, int64_t *
   return 0;
 }
 
+namespace {
+
+// The squeeze-excite's dense layers (layers/squeeze_excite.py: DenseAct): y = act(x W^T + b) for x (N, I),
+// W (O, I) or a 1x1 convolution's (O, I, 1, 1) read as (O, I), b (O); act ReLU (fc1) or sigmoid (fc2).
+// MindSpore's MatMul reads the 4-D parameter through a Reshape that copies it on every call, and its
+// gradient back the same way; here W and dW are read and written where they are.
+enum class Excite { kRelu, kSigmoid };
+
+bool dense_view(int *ndims, int64_t **shapes, int64_t *n, int64_t *in, int64_t *out) {
+  if (ndims[0] != 2 || ndims[1] < 2 || ndims[2] != 1) return false;
+  *n = shapes[0][0];
+  *in = shapes[0][1];
+  *out = shapes[1][0];
+  return *out > 0 && numel(ndims[1], shapes[1]) == *out * *in && shapes[2][0] == *out;
+}
+
+template <Excite kAct>
+float excite(float z) {
+  if (kAct == Excite::kRelu) return z > 0.0f ? z : 0.0f;
+  return 1.0f / (1.0f + std::exp(-z));
+}
+
+// dy * d act / dz from the output y, as MindSpore's ReluGrad (dy where y > 0, else 0) and SigmoidGrad
+// (dy y (1 - y)).
+template <Excite kAct>
+float excite_grad(float dy, float y) {
+  if (kAct == Excite::kRelu) return y > 0.0f ? dy : 0.0f;
+  return dy * (y * (1.0f - y));
+}
+
+// params: x, W, b, y (N, O).
+template <Excite kAct>
+int dense_act_forward(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+  int64_t n = 0, in = 0, out = 0;
+  if (nparam != 4 || !all_float32(4, dtypes) || !dense_view(ndims, shapes, &n, &in, &out)) return 1;
+  const float *x = input(params, 0);
+  const float *w = input(params, 1);
+  const float *b = input(params, 2);
+  float *y = output(params, 3);
+  parallel_for(out, [&](int64_t o) {  // one pass over W; x stays in cache
+    const float *wo = w + o * in;
+    int64_t s = 0;
+    for (; s + 4 <= n; s += 4) {  // four samples per pass over the row: four independent sums
+      const float *x0 = x + s * in, *x1 = x0 + in, *x2 = x1 + in, *x3 = x2 + in;
+      float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;
+#pragma omp simd reduction(+ : a0, a1, a2, a3)
+      for (int64_t i = 0; i < in; ++i) {
+        a0 += x0[i] * wo[i];
+        a1 += x1[i] * wo[i];
+        a2 += x2[i] * wo[i];
+        a3 += x3[i] * wo[i];
+      }
+      y[s * out + o] = excite<kAct>(a0 + b[o]);
+      y[(s + 1) * out + o] = excite<kAct>(a1 + b[o]);
+      y[(s + 2) * out + o] = excite<kAct>(a2 + b[o]);
+      y[(s + 3) * out + o] = excite<kAct>(a3 + b[o]);
+    }
+    for (; s < n; ++s) {
+      const float *xs = x + s * in;
+      float acc = 0.0f;
+#pragma omp simd reduction(+ : acc)
+      for (int64_t i = 0; i < in; ++i) acc += xs[i] * wo[i];
+      y[s * out + o] = excite<kAct>(acc + b[o]);
+    }
+  });
+  return 0;
+}
+
+// dz = dy * act'(y); dx = dz W, dW = dz^T x, db = the column sums of dz, in one pass over W and dW:
+// each thread takes a range of W's columns, so every sum runs in a fixed order whatever the thread count.
+// params: x, W, b, y, dy, dx, dW, db.
+template <Excite kAct>
+int dense_act_backward(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes) {
+  int64_t n = 0, in = 0, out = 0;
+  if (nparam != 8 || !all_float32(8, dtypes) || !dense_view(ndims, shapes, &n, &in, &out)) return 1;
+  const float *x = input(params, 0);
+  const float *w = input(params, 1);
+  const float *y = input(params, 3);
+  const float *dy = input(params, 4);
+  float *dx = output(params, 5);
+  float *dw = output(params, 6);
+  float *db = output(params, 7);
+  std::vector<float> dz(static_cast<size_t>(n * out));
+  for (int64_t j = 0; j < n * out; ++j) dz[j] = excite_grad<kAct>(dy[j], y[j]);
+  for (int64_t o = 0; o < out; ++o) {
+    float sum = 0.0f;
+    for (int64_t s = 0; s < n; ++s) sum += dz[s * out + o];
+    db[o] = sum;
+  }
+  constexpr int64_t kColumns = 256;  // bounds the dx accumulators: n * kColumns floats per thread
+  g_pool.parallel_for(in, threads(), [&](int64_t begin, int64_t end) {
+    std::vector<float> acc(static_cast<size_t>(n * std::min(kColumns, end - begin)));
+    for (int64_t c0 = begin; c0 < end; c0 += kColumns) {
+      const int64_t width = std::min(kColumns, end - c0);
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t o = 0; o < out; ++o) {
+        const float *wo = w + o * in + c0;
+        float *dwo = dw + o * in + c0;
+        int64_t s = 0;
+        for (; s + 4 <= n; s += 4) {  // four samples per pass over the row segment: dW's sum stays in a register
+          const float g0 = dz[s * out + o], g1 = dz[(s + 1) * out + o];
+          const float g2 = dz[(s + 2) * out + o], g3 = dz[(s + 3) * out + o];
+          const float *x0 = x + s * in + c0, *x1 = x0 + in, *x2 = x1 + in, *x3 = x2 + in;
+          float *a0 = acc.data() + s * width, *a1 = a0 + width, *a2 = a1 + width, *a3 = a2 + width;
+          const bool first = s == 0;
+#pragma omp simd
+          for (int64_t i = 0; i < width; ++i) {
+            const float wv = wo[i];
+            float d = first ? 0.0f : dwo[i];
+            d += g0 * x0[i];
+            d += g1 * x1[i];
+            d += g2 * x2[i];
+            d += g3 * x3[i];
+            dwo[i] = d;
+            a0[i] += g0 * wv;
+            a1[i] += g1 * wv;
+            a2[i] += g2 * wv;
+            a3[i] += g3 * wv;
+          }
+        }
+        if (n < 4) std::fill_n(dwo, width, 0.0f);
+        for (; s < n; ++s) {
+          const float g = dz[s * out + o];
+          const float *xs = x + s * in + c0;
+          float *as = acc.data() + s * width;
+#pragma omp simd
+          for (int64_t i = 0; i < width; ++i) {
+            as[i] += g * wo[i];
+            dwo[i] += g * xs[i];
+          }
+        }
+      }
+      for (int64_t s = 0; s < n; ++s) std::copy_n(acc.data() + s * width, width, dx + s * in + c0);
+    }
+  });
+  return 0;
+}
+
+}  // namespace
+
+extern "C" int DenseReluForward(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
+                                void *, void *) {
+  return dense_act_forward<Excite::kRelu>(nparam, params, ndims, shapes, dtypes);
+}
+
+extern "C" int DenseReluBackward(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
+                                 void *, void *) {
+  return dense_act_backward<Excite::kRelu>(nparam, params, ndims, shapes, dtypes);
+}
+
+extern "C" int DenseSigmoidForward(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
+                                   void *, void *) {
+  return dense_act_forward<Excite::kSigmoid>(nparam, params, ndims, shapes, dtypes);
+}
+
+extern "C" int DenseSigmoidBackward(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
+                                    void *, void *) {
+  return dense_act_backward<Excite::kSigmoid>(nparam, params, ndims, shapes, dtypes);
+}
+
 #ifdef NFNET_WITH_DNNL
 // ---------------------------------------------------------------------------------------------
 // Convolutions through oneDNN, the copy MindSpore's wheel ships (mindspore/lib/libdnnl.so.3,

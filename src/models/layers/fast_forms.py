@@ -2,7 +2,7 @@
 
 Every layer holds its backend-sensitive arithmetic in a small parameter-free cell (the
 convolution and the weight standardization of ScaledStdConv2d, GammaAct itself and the
-blocks' PreActivation, MulRows in SqueezeExcite and DropPath, SqueezeHW and MulRowsAdd in
+blocks' PreActivation, MulRows in SqueezeExcite and DropPath, SqueezeHW, DenseAct and MulRowsAdd in
 SqueezeExcite, AvgPool2x2Same in the transition blocks' shortcut). Here each is replaced in place by a
 subclass that computes the same function faster on this backend; parameters, their names and checkpoints are
 untouched. train.py and eval.py build their network with it (src/builders.py); export.py
@@ -15,6 +15,7 @@ from .conv2d_same import Conv2dSame, Im2ColConv2dSame
 from .replace import replace_cells
 from .pooling import AvgPool2x2Same
 from .rowwise import MulRows, MulRowsAdd, SqueezeHW
+from .squeeze_excite import DenseAct
 from .std_conv import WeightStandardization
 
 
@@ -49,7 +50,8 @@ def _swaps(forms):
                   (PreActivation, lambda c: _is_gelu(c.act),
                    lambda c: k.FusedPreActivation(c.act.gamma, c.act.gelu_form, c.shortcut_reads_input)),
                   (MulRowsAdd, _every, lambda c: k.FusedMulRowsAdd()),
-                  (AvgPool2x2Same, _every, lambda c: k.FusedAvgPool2x2Same())]
+                  (AvgPool2x2Same, _every, lambda c: k.FusedAvgPool2x2Same()),
+                  (DenseAct, _every, lambda c: k.FusedDenseAct(c.act))]
     return swaps
 
 
@@ -98,7 +100,7 @@ _PLAIN = [(GammaAct, lambda c: GammaAct(c.act_type, c.gamma, c.gelu_form)),
           (WeightStandardization, lambda c: WeightStandardization(c.scale, c.eps, c.form, c.fan_in)),
           (Conv2dSame, lambda c: Conv2dSame(c.kernel_size, c.stride, c.groups)),
           (MulRows, lambda c: MulRows()), (MulRowsAdd, lambda c: MulRowsAdd()), (SqueezeHW, lambda c: SqueezeHW()),
-          (AvgPool2x2Same, lambda c: AvgPool2x2Same())]
+          (AvgPool2x2Same, lambda c: AvgPool2x2Same()), (DenseAct, lambda c: DenseAct(c.act))]
 
 
 def apply_plain_forms(network):

@@ -7,6 +7,22 @@ from mindspore.common.initializer import Normal, Zero
 from .rowwise import MulRows, MulRowsAdd, SqueezeHW, rowwise
 
 
+class DenseAct(nn.Cell):
+    """act(x @ W.T + b), act "relu" or "sigmoid", for x (N, I) and a 1x1 convolution's (O, I, 1, 1) weight or
+    its (O, I) matrix: an SE's fc1 and fc2 as dense layers, a cell so that a backend's fast form can take its
+    place (fast_forms.py: one that reads the 4-D weight where it is, without a reshape copy)."""
+
+    def __init__(self, act):
+        super().__init__()
+        if act not in ("relu", "sigmoid"):
+            raise ValueError(f"DenseAct: act must be 'relu' or 'sigmoid', got {act!r}")
+        self.act = act
+
+    def construct(self, x, weight, bias):
+        y = ops.dense(x, rowwise(weight), bias)
+        return ops.relu(y) if self.act == "relu" else ops.sigmoid(y)
+
+
 class SqueezeExcite(nn.Cell):
     """x * sigmoid(fc2(relu(fc1(mean_hw(x))))) * scale, with plain (not standardized) 1x1 convs.
 
@@ -25,6 +41,8 @@ class SqueezeExcite(nn.Cell):
         self.fc2 = nn.Conv2d(rd_channels, channels, 1, has_bias=True,
                              weight_init=Normal(1.0 / math.sqrt(rd_channels)), bias_init=Zero())
         self.squeeze = SqueezeHW()
+        self.reduce = DenseAct("relu")
+        self.expand = DenseAct("sigmoid")
         self.mul_rows = MulRows()
         self.mul_rows_add = MulRowsAdd()
 
@@ -32,8 +50,7 @@ class SqueezeExcite(nn.Cell):
         # The 1x1 convs on a 1x1 map are dense layers: MindSpore's CPU conv kernel is very
         # slow on 1x1 feature maps (measured: minutes for a train step), a matmul is not.
         s, x = self.squeeze(x)
-        s = ops.relu(ops.dense(s, rowwise(self.fc1.weight), self.fc1.bias))
-        s = ops.sigmoid(ops.dense(s, rowwise(self.fc2.weight), self.fc2.bias)) * scale
+        s = self.expand(self.reduce(s, self.fc1.weight, self.fc1.bias), self.fc2.weight, self.fc2.bias) * scale
         if addend is None:
             return self.mul_rows(x, s)  # one row per (sample, channel): see rowwise.py
         return self.mul_rows_add(x, s, addend)
