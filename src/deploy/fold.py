@@ -95,6 +95,8 @@ def fold_weight_standardization(network, conv_impl=None):
         if getattr(cell, "fused_chain", None) is not None and any(conv.conv_impl != "fused"
                                                                    for conv in cell.chain_parts()[0]):
             cell.fused_chain = None  # the block's main path as one fused CPU kernel (layers/fast_forms.py)
+        elif getattr(cell, "fused_chain", None) is not None:
+            cell.fused_chain = cell.fused_chain.without_standardization()  # the folded weights are standardized
     folded.set_train(False)
     return folded
 

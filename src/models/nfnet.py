@@ -136,7 +136,12 @@ class NormFreeBlock(nn.Cell):
         out, shortcut = self.act1(x)  # act(x) * beta (beta folded into its gamma), and x or act(x) * beta
         if self.downsample is not None:
             shortcut = self.downsample(shortcut)
-        if self.fused_chain is not None:
+        if self.fused_chain is not None and self.training and self.fused_chain.standardizes:
+            out = self.fused_chain(out, self.conv1.weight, self.conv1.gain, self.conv1.bias,
+                                   self.conv2.weight, self.conv2.gain, self.conv2.bias,
+                                   self.conv2b.weight, self.conv2b.gain, self.conv2b.bias,
+                                   self.conv3.weight, self.conv3.gain, self.conv3.bias)
+        elif self.fused_chain is not None:
             out = self.fused_chain(out, self.conv1.standardized_weight(), self.conv1.bias,
                                    self.conv2.standardized_weight(), self.conv2.bias,
                                    self.conv2b.standardized_weight(), self.conv2b.bias,

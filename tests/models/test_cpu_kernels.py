@@ -170,16 +170,23 @@ def _loss_and_grads(network, x, labels):
 
 
 @pytest.mark.parametrize("mode", ["pynative", "graph_mode"])
-@pytest.mark.parametrize("gelu_form", ["exact", "tanh"])
-def test_the_blocks_fused_chain_computes_the_separate_cells_gradients(gelu_form, mode, request):
+@pytest.mark.parametrize("gelu_form, ws_form, standardizes", [("exact", "timm", True), ("tanh", "deepmind", True),
+                                                              ("exact", "timm", False), ("tanh", "deepmind", False)])
+def test_the_blocks_fused_chain_computes_the_separate_cells_gradients(gelu_form, ws_form, standardizes, mode,
+                                                                      request):
     """In training the chain's forward keeps the GELUs' inputs in oneDNN's blocked layout and its backward runs
     the chain in reverse (DnnlConvGeluChainBackward): the loss and every parameter's gradient equal the
-    separate cells' bit for bit (measured: 97 of 97 equal, both GELU forms, both modes)."""
+    separate cells' bit for bit (measured: 97 of 97 equal, both GELU forms, both modes). The same where the
+    chain standardizes the weights itself, straight into oneDNN's layouts and back from its gradient layout
+    (DnnlConvGeluChainTrainStd, the training default), in both standardization forms."""
     if not cpu_kernels.dnnl_available():
         pytest.skip("the fused library was built without oneDNN")
     request.getfixturevalue(mode)
-    chained, plain = _chained_and_plain(gelu_form, drop_path_rate=0.0)
-    _chain_blocks(chained)
+    chained, plain = _chained_and_plain(gelu_form, drop_path_rate=0.0, ws_form=ws_form)
+    for block in _chain_blocks(chained):
+        assert block.fused_chain.standardizes
+        if not standardizes:
+            block.fused_chain = block.fused_chain.without_standardization()
     x = ms.Tensor(np.random.default_rng(0).standard_normal((3, 3, 64, 64)).astype(np.float32))
     labels = ms.Tensor(np.array([1, 2, 3], np.int32))
     (loss, grads), (want_loss, want_grads) = (_loss_and_grads(net, x, labels) for net in (chained, plain))

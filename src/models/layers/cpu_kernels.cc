@@ -367,6 +367,37 @@ inline bool row_stats(const float *w, int64_t k, float eps, bool deepmind, float
   return floored;
 }
 
+// One row (output unit) of WeightStandardizeForward: out = (w - mean) * rstd * gain * scale, consts =
+// [scale, eps, form (0 timm, 1 deepmind)].
+inline void standardize_row(const float *w, int64_t k, float gain, const float *consts, float *out) {
+  float mean, rstd;
+  row_stats(w, k, consts[1], consts[2] != 0.0f, &mean, &rstd);
+  const float f = rstd * gain * consts[0];
+  for (int64_t j = 0; j < k; ++j) out[j] = (w[j] - mean) * f;
+}
+
+// One row of WeightStandardizeBackward (its comment has the formulas): dw and dgain from w and dw_hat.
+inline void standardize_row_backward(const float *w, const float *dout, int64_t k, float gain, const float *consts,
+                                     float *dw, float *dgain) {
+  const float scale = consts[0];
+  float mean, rstd;
+  const bool floored = row_stats(w, k, consts[1], consts[2] != 0.0f, &mean, &rstd);
+  double sum_d = 0.0, sum_dx = 0.0;  // sums of dw_hat and dw_hat * xhat
+#pragma omp simd reduction(+ : sum_d, sum_dx)
+  for (int64_t j = 0; j < k; ++j) {
+    sum_d += dout[j];
+    sum_dx += static_cast<double>(dout[j]) * ((w[j] - mean) * rstd);
+  }
+  const float s = gain * scale;
+  *dgain = static_cast<float>(scale * sum_dx);
+  const float mean_g = static_cast<float>(s * sum_d / static_cast<double>(k));
+  const float mean_gx = floored ? 0.0f : static_cast<float>(s * sum_dx / static_cast<double>(k));
+  for (int64_t j = 0; j < k; ++j) {
+    const float xhat = (w[j] - mean) * rstd;
+    dw[j] = rstd * (dout[j] * s - mean_g - xhat * mean_gx);
+  }
+}
+
 }  // namespace
 
 // Scaled weight standardization per output unit (row) of w (out, k...):
@@ -377,20 +408,11 @@ extern "C" int WeightStandardizeForward(int nparam, void **params, int *ndims, i
   if (nparam != 4 || !all_float32(4, dtypes)) return 1;
   const float *w = input(params, 0);
   const float *gain = input(params, 1);
-  const float scale = input(params, 2)[0];
-  const float eps = input(params, 2)[1];
-  const bool deepmind = input(params, 2)[2] != 0.0f;
+  const float *consts = input(params, 2);
   float *out = output(params, 3);
   const int64_t rows = shapes[0][0];
   const int64_t k = numel(ndims[0], shapes[0]) / rows;
-  parallel_for(rows, [&](int64_t r) {
-    float mean, rstd;
-    row_stats(w + r * k, k, eps, deepmind, &mean, &rstd);
-    const float f = rstd * gain[r] * scale;
-    const float *wr = w + r * k;
-    float *o = out + r * k;
-    for (int64_t j = 0; j < k; ++j) o[j] = (wr[j] - mean) * f;
-  });
+  parallel_for(rows, [&](int64_t r) { standardize_row(w + r * k, k, gain[r], consts, out + r * k); });
   return 0;
 }
 
@@ -403,34 +425,14 @@ extern "C" int WeightStandardizeBackward(int nparam, void **params, int *ndims, 
   if (nparam != 6 || !all_float32(6, dtypes)) return 1;
   const float *w = input(params, 0);
   const float *gain = input(params, 1);
-  const float scale = input(params, 2)[0];
-  const float eps = input(params, 2)[1];
-  const bool deepmind = input(params, 2)[2] != 0.0f;
+  const float *consts = input(params, 2);
   const float *dout = input(params, 3);
   float *dw = output(params, 4);
   float *dgain = output(params, 5);
   const int64_t rows = shapes[0][0];
   const int64_t k = numel(ndims[0], shapes[0]) / rows;
   parallel_for(rows, [&](int64_t r) {
-    float mean, rstd;
-    const float *wr = w + r * k;
-    const float *dr = dout + r * k;
-    const bool floored = row_stats(wr, k, eps, deepmind, &mean, &rstd);
-    double sum_d = 0.0, sum_dx = 0.0;  // sums of dw_hat and dw_hat * xhat
-#pragma omp simd reduction(+ : sum_d, sum_dx)
-    for (int64_t j = 0; j < k; ++j) {
-      sum_d += dr[j];
-      sum_dx += static_cast<double>(dr[j]) * ((wr[j] - mean) * rstd);
-    }
-    const float s = gain[r] * scale;
-    dgain[r] = static_cast<float>(scale * sum_dx);
-    const float mean_g = static_cast<float>(s * sum_d / static_cast<double>(k));
-    const float mean_gx = floored ? 0.0f : static_cast<float>(s * sum_dx / static_cast<double>(k));
-    float *o = dw + r * k;
-    for (int64_t j = 0; j < k; ++j) {
-      const float xhat = (wr[j] - mean) * rstd;
-      o[j] = rstd * (dr[j] * s - mean_g - xhat * mean_gx);
-    }
+    standardize_row_backward(w + r * k, dout + r * k, k, gain[r], consts, dw + r * k, dgain + r);
   });
   return 0;
 }
@@ -1215,6 +1217,8 @@ int dnnl_primitive_execute(const dnnl_primitive_t primitive, dnnl_stream_t strea
                            const dnnl_exec_arg_t *args);
 int dnnl_stream_wait(dnnl_stream_t stream);
 int dnnl_get_effective_cpu_isa(void);
+int dnnl_memory_destroy(dnnl_memory_t memory);
+int dnnl_primitive_destroy(dnnl_primitive_t primitive);
 }
 
 namespace {
@@ -1266,7 +1270,18 @@ struct DnnlActivation {
 // implementation (backward-weights: measured 136-182 GFLOP/s on F0's shapes, against 206-220
 // for the direct AVX-512 kernel it picks on blocked tensors); the explicit reorders take a few
 // percent of the convolution's time.
+// Where each element (r, j) of a (rows, k) OIHW weight lies in a oneDNN weights layout: at row[r] + col[j]
+// when the layout separates so (the blocked layouts oneDNN picks for convolution weights do: each dimension
+// is blocked at most once, so an element's offset is a sum of one term per dimension); else separable is
+// false and the weights go through OIHW and a reorder. Built on first use (weight_map).
+struct WeightMap {
+  bool built = false, separable = false;
+  std::vector<int64_t> row, col;
+};
+
 struct DnnlConv {
+  int64_t out_channels = 0, weight_numel = 0;
+  WeightMap forward_map, data_map, diff_map;  // forward_weights', data_weights' and diff_weights' layouts
   dnnl_primitive_t forward = nullptr, backward_data = nullptr, backward_weights = nullptr;
   dnnl_memory_t forward_scratch = nullptr, data_scratch = nullptr, weights_scratch = nullptr;  // nullptr: none
   dnnl_primitive_t to_forward_weights = nullptr, to_data_weights = nullptr, from_diff_weights = nullptr;
@@ -1293,6 +1308,7 @@ struct DnnlContext {
     const uintptr_t p = reinterpret_cast<uintptr_t>(buffer->data());
     return reinterpret_cast<char *>((p + 4095) & ~static_cast<uintptr_t>(4095));
   }
+  std::vector<float> oihw;  // a standardized weight or its gradient in OIHW, where a layout does not separate
   void *weights_buffer(size_t bytes) { return aligned(&weights, bytes); }
   char *activations_buffer(size_t bytes) { return aligned(&activations, bytes); }
   void *scratch_buffer(size_t bytes) { return aligned(&scratch, bytes); }
@@ -1411,6 +1427,8 @@ DnnlConv *dnnl_conv(const ConvGeometry &g, int64_t out_channels, int64_t groups)
                                    groups == 1 ? kTagAbcd : kTagAbcde);
   dnnl_memory_desc_create_with_tag(&any_md, weight_ndims, weight_dims, kDnnlF32, kTagAny);
   auto conv = std::make_unique<DnnlConv>();
+  conv->out_channels = out_channels;
+  conv->weight_numel = out_channels * (g.c / groups) * g.kh * g.kw;
   dnnl_primitive_desc_t fwd = nullptr, bwd_data = nullptr, bwd_weights = nullptr;
   bool ok =
       dnnl_convolution_forward_primitive_desc_create(&fwd, ctx.engine, kForwardTraining, kConvolutionDirect,
@@ -1496,34 +1514,149 @@ DnnlConv *dnnl_conv_for(const int64_t *x, const int64_t *w, int geometry_ndim, c
 
 // The three passes of `conv` on memories already in its primitives' layouts (the weights' user
 // layout is MindSpore's (out, c / groups, kh, kw) at `weights`). Forward: x -> y with `bias`.
-bool dnnl_forward(DnnlContext &ctx, DnnlConv *conv, void *weights, void *bias, dnnl_memory_t x, dnnl_memory_t y) {
-  dnnl_memory_set_data_handle(conv->user_weights, weights);
-  dnnl_memory_set_data_handle(conv->bias, bias);
-  dnnl_memory_set_data_handle(conv->forward_weights, ctx.weights_buffer(0));
-  return dnnl_reorder_run(ctx, conv->to_forward_weights, conv->user_weights, conv->forward_weights) &&
+const_dnnl_memory_desc_t dnnl_md(dnnl_memory_t memory) {
+  const_dnnl_memory_desc_t md = nullptr;
+  return dnnl_memory_get_memory_desc(memory, &md) == 0 ? md : nullptr;
+}
+
+// A convolution's weights in a call: the standardized OIHW weight, or with `gain` set the raw weight that
+// is standardized (consts as WeightStandardizeForward's) straight into the layout a primitive reads, and
+// whose gradient comes back through the standardization's backward straight from the layout the
+// backward-weights primitive writes: no OIHW standardized weight, no reorders of the weights.
+struct ConvWeights {
+  void *weight = nullptr;
+  void *bias = nullptr;
+  const float *gain = nullptr, *consts = nullptr;
+};
+
+// The WeightMap of `layout` (a weights memory of `conv`), built on first use: oneDNN itself reorders a
+// tensor holding each position's index out of the layout into OIHW, which gives every element's position.
+WeightMap &weight_map(DnnlContext &ctx, DnnlConv *conv, dnnl_memory_t layout, WeightMap *map) {
+  if (map->built) return *map;
+  map->built = true;
+  const_dnnl_memory_desc_t from = dnnl_md(layout), to = dnnl_md(conv->user_weights);
+  const size_t bytes = dnnl_memory_desc_get_size(to), count = bytes / sizeof(float);
+  // positions as float32 indices are exact below 2^24; padded layouts (larger than OIHW) keep the reorder
+  if (from == nullptr || to == nullptr || dnnl_memory_desc_get_size(from) != bytes || count >= (1u << 24)) return *map;
+  std::vector<float> positions(count), oihw(count);
+  for (size_t q = 0; q < count; ++q) positions[q] = static_cast<float>(q);
+  dnnl_primitive_t reorder = nullptr;
+  dnnl_memory_t src = nullptr, dst = nullptr;
+  bool ok = dnnl_reorder(ctx.engine, from, to, &reorder) &&
+            dnnl_memory_create(&src, from, ctx.engine, positions.data()) == 0 &&
+            dnnl_memory_create(&dst, to, ctx.engine, oihw.data()) == 0 &&
+            dnnl_execute(ctx, reorder, {{kArgSrc, src}, {kArgDst, dst}}) && dnnl_stream_wait(ctx.stream) == 0;
+  for (auto m : {src, dst})
+    if (m) dnnl_memory_destroy(m);
+  if (reorder) dnnl_primitive_destroy(reorder);
+  const int64_t rows = conv->out_channels, k = static_cast<int64_t>(count) / rows;
+  if (!ok || rows * k != static_cast<int64_t>(count)) return *map;
+  map->row.resize(rows);
+  map->col.resize(k);
+  for (int64_t r = 0; r < rows; ++r) map->row[r] = static_cast<int64_t>(oihw[r * k]);
+  for (int64_t j = 0; j < k; ++j) map->col[j] = static_cast<int64_t>(oihw[j]) - map->row[0];
+  for (int64_t r = 0; r < rows && ok; ++r)
+    for (int64_t j = 0; j < k; ++j)
+      if (static_cast<int64_t>(oihw[r * k + j]) != map->row[r] + map->col[j]) {
+        ok = false;
+        break;
+      }
+  map->separable = ok;
+  return *map;
+}
+
+// cw's weight standardized into `layout` (the primitive's weights memory, its handle set), through its map
+// or, where the layout does not separate, through OIHW and the reorder `to_layout`.
+bool standardize_into(DnnlContext &ctx, DnnlConv *conv, const ConvWeights &cw, dnnl_memory_t layout,
+                      dnnl_primitive_t to_layout, WeightMap *map_slot) {
+  const WeightMap &map = weight_map(ctx, conv, layout, map_slot);
+  const float *w = static_cast<const float *>(cw.weight);
+  const int64_t rows = conv->out_channels, k = conv->weight_numel / rows;
+  if (!map.separable) {
+    ctx.oihw.resize(conv->weight_numel);
+    float *out = ctx.oihw.data();
+    parallel_for(rows, [&](int64_t r) { standardize_row(w + r * k, k, cw.gain[r], cw.consts, out + r * k); });
+    dnnl_memory_set_data_handle(conv->user_weights, out);
+    if (to_layout == nullptr) dnnl_memory_set_data_handle(layout, out);  // the layout is OIHW itself
+    return dnnl_reorder_run(ctx, to_layout, conv->user_weights, layout);
+  }
+  float *out = static_cast<float *>(ctx.weights_buffer(0));
+  g_pool.parallel_for(rows, threads(), [&](int64_t begin, int64_t end) {
+    std::vector<float> row(k);
+    for (int64_t r = begin; r < end; ++r) {
+      standardize_row(w + r * k, k, cw.gain[r], cw.consts, row.data());
+      float *base = out + map.row[r];
+      for (int64_t j = 0; j < k; ++j) base[map.col[j]] = row[j];
+    }
+  });
+  return true;
+}
+
+// The weights memory `layout` (handle: the shared weights buffer) filled for a primitive from cw: cw's
+// standardized OIHW weight reordered, or its raw weight standardized into it.
+bool load_weights(DnnlContext &ctx, DnnlConv *conv, const ConvWeights &cw, dnnl_memory_t layout,
+                  dnnl_primitive_t to_layout, WeightMap *map) {
+  dnnl_memory_set_data_handle(layout, ctx.weights_buffer(0));
+  if (cw.gain != nullptr) return standardize_into(ctx, conv, cw, layout, to_layout, map);
+  dnnl_memory_set_data_handle(conv->user_weights, cw.weight);
+  return dnnl_reorder_run(ctx, to_layout, conv->user_weights, layout);
+}
+
+bool dnnl_forward(DnnlContext &ctx, DnnlConv *conv, const ConvWeights &cw, dnnl_memory_t x, dnnl_memory_t y) {
+  dnnl_memory_set_data_handle(conv->bias, cw.bias);
+  return load_weights(ctx, conv, cw, conv->forward_weights, conv->to_forward_weights, &conv->forward_map) &&
          dnnl_execute_conv(ctx, conv->forward, conv->forward_scratch,
                            {{kArgSrc, x}, {kArgWeights, conv->forward_weights}, {kArgBias, conv->bias}, {kArgDst, y}});
 }
 
 // Backward-data: dy -> dx.
-bool dnnl_backward_data(DnnlContext &ctx, DnnlConv *conv, void *weights, dnnl_memory_t dy, dnnl_memory_t dx) {
-  dnnl_memory_set_data_handle(conv->user_weights, weights);
-  dnnl_memory_set_data_handle(conv->data_weights, ctx.weights_buffer(0));
-  return dnnl_reorder_run(ctx, conv->to_data_weights, conv->user_weights, conv->data_weights) &&
+bool dnnl_backward_data(DnnlContext &ctx, DnnlConv *conv, const ConvWeights &cw, dnnl_memory_t dy, dnnl_memory_t dx) {
+  return load_weights(ctx, conv, cw, conv->data_weights, conv->to_data_weights, &conv->data_map) &&
          dnnl_execute_conv(ctx, conv->backward_data, conv->data_scratch,
                            {{kArgDiffDst, dy}, {kArgWeights, conv->data_weights}, {kArgDiffSrc, dx}});
 }
 
-// Backward-weights: (x, dy) -> the weight gradient in the user's layout at `dweights`, the bias's at `dbias`.
+// Backward-weights: (x, dy) -> the weight gradient in OIHW at `dweights`, the bias's at `dbias`. With cw's
+// gain set, the gradient of cw's raw weight and of its gain (at `dgain`), through the standardization.
 bool dnnl_backward_weights(DnnlContext &ctx, DnnlConv *conv, dnnl_memory_t x, dnnl_memory_t dy, void *dweights,
-                           void *dbias) {
-  dnnl_memory_set_data_handle(conv->user_weights, dweights);
+                           void *dbias, const ConvWeights *cw = nullptr, void *dgain = nullptr) {
   dnnl_memory_set_data_handle(conv->bias, dbias);
   dnnl_memory_set_data_handle(conv->diff_weights, ctx.weights_buffer(0));
-  return dnnl_execute_conv(ctx, conv->backward_weights, conv->weights_scratch,
-                           {{kArgSrc, x}, {kArgDiffDst, dy}, {kArgDiffWeights, conv->diff_weights},
-                            {kArgDiffBias, conv->bias}}) &&
-         dnnl_reorder_run(ctx, conv->from_diff_weights, conv->diff_weights, conv->user_weights);
+  if (!dnnl_execute_conv(ctx, conv->backward_weights, conv->weights_scratch,
+                         {{kArgSrc, x}, {kArgDiffDst, dy}, {kArgDiffWeights, conv->diff_weights},
+                          {kArgDiffBias, conv->bias}}))
+    return false;
+  if (cw == nullptr || cw->gain == nullptr) {
+    dnnl_memory_set_data_handle(conv->user_weights, dweights);
+    return dnnl_reorder_run(ctx, conv->from_diff_weights, conv->diff_weights, conv->user_weights);
+  }
+  if (dnnl_stream_wait(ctx.stream) != 0) return false;  // the gradient is read here, outside the stream
+  const WeightMap &map = weight_map(ctx, conv, conv->diff_weights, &conv->diff_map);
+  const float *w = static_cast<const float *>(cw->weight);
+  float *dw = static_cast<float *>(dweights), *dg = static_cast<float *>(dgain);
+  const int64_t rows = conv->out_channels, k = conv->weight_numel / rows;
+  if (!map.separable) {
+    ctx.oihw.resize(conv->weight_numel);
+    dnnl_memory_set_data_handle(conv->user_weights, ctx.oihw.data());
+    if (!dnnl_reorder_run(ctx, conv->from_diff_weights, conv->diff_weights, conv->user_weights) ||
+        dnnl_stream_wait(ctx.stream) != 0)
+      return false;
+    const float *d = conv->from_diff_weights ? ctx.oihw.data() : static_cast<const float *>(ctx.weights_buffer(0));
+    parallel_for(rows, [&](int64_t r) {
+      standardize_row_backward(w + r * k, d + r * k, k, cw->gain[r], cw->consts, dw + r * k, dg + r);
+    });
+    return true;
+  }
+  const float *diff = static_cast<const float *>(ctx.weights_buffer(0));
+  g_pool.parallel_for(rows, threads(), [&](int64_t begin, int64_t end) {
+    std::vector<float> row(k);
+    for (int64_t r = begin; r < end; ++r) {
+      const float *base = diff + map.row[r];
+      for (int64_t j = 0; j < k; ++j) row[j] = base[map.col[j]];
+      standardize_row_backward(w + r * k, row.data(), k, cw->gain[r], cw->consts, dw + r * k, dg + r);
+    }
+  });
+  return true;
 }
 
 }  // namespace
@@ -1542,7 +1675,7 @@ extern "C" int DnnlConvForward(int nparam, void **params, int *ndims, int64_t **
   dnnl_bind(ctx, &conv->x, params[0]);
   dnnl_bind(ctx, &conv->y, params[4]);
   const bool ok = dnnl_load(ctx, conv->x) &&
-                  dnnl_forward(ctx, conv, params[1], params[2], conv->x.inner, conv->y.inner) &&
+                  dnnl_forward(ctx, conv, ConvWeights{params[1], params[2]}, conv->x.inner, conv->y.inner) &&
                   dnnl_store(ctx, conv->y) && dnnl_stream_wait(ctx.stream) == 0;
   return ok ? 0 : 1;
 }
@@ -1565,7 +1698,7 @@ extern "C" int DnnlConvBackward(int nparam, void **params, int *ndims, int64_t *
   const dnnl_memory_t weights_dy = conv->shared_dy ? conv->data_dy.inner : conv->weights_dy.inner;
   if (!conv->shared_dy) dnnl_bind(ctx, &conv->weights_dy, params[1]);
   const bool ok = dnnl_load(ctx, conv->data_dy) &&
-                  dnnl_backward_data(ctx, conv, params[2], conv->data_dy.inner, conv->dx.inner) &&
+                  dnnl_backward_data(ctx, conv, ConvWeights{params[2]}, conv->data_dy.inner, conv->dx.inner) &&
                   dnnl_store(ctx, conv->dx) && dnnl_load(ctx, conv->weights_x) &&
                   (conv->shared_dy || dnnl_load(ctx, conv->weights_dy)) &&
                   dnnl_backward_weights(ctx, conv, conv->weights_x.inner, weights_dy, params[5], params[6]) &&
@@ -1594,11 +1727,6 @@ struct DnnlChain {
   std::vector<dnnl_primitive_t> data_to_weights_dy;  // conv i's backward-data diff_dst -> backward-weights'
   size_t region = 0;  // bytes of one of the activation regions: the largest of every layout above
 };
-
-const_dnnl_memory_desc_t dnnl_md(dnnl_memory_t memory) {
-  const_dnnl_memory_desc_t md = nullptr;
-  return dnnl_memory_get_memory_desc(memory, &md) == 0 ? md : nullptr;
-}
 
 // The reorder from `from`'s layout to `to`'s into `*reorder`, nullptr if they are the same; grows
 // `*bytes` to both sizes.
@@ -1695,18 +1823,18 @@ char *chain_region(DnnlContext &ctx, const DnnlChain &chain, int r) {
   return ctx.activations_buffer(0) + r * chain.region;
 }
 
-// The chain's forward: params x, then weight, bias, geometry per convolution; the last convolution's
-// output goes to NCHW `y`, and with `saved`, convolution i's (the GELU's input) to saved[i] in its
-// blocked layout, for the backward.
-bool dnnl_chain_forward(DnnlContext &ctx, const DnnlChain &chain, void **params, void *y, void *const *saved,
-                        float half_gamma, bool tanh_form) {
+// The chain's forward from NCHW `x` with convolution i's weights cw[i]; the last convolution's output goes
+// to NCHW `y`, and with `saved`, convolution i's (the GELU's input) to saved[i] in its blocked layout, for
+// the backward.
+bool dnnl_chain_forward(DnnlContext &ctx, const DnnlChain &chain, void *x, const ConvWeights *cw, void *y,
+                        void *const *saved, float half_gamma, bool tanh_form) {
   const int count = static_cast<int>(chain.convs.size());
   char *regions[3] = {chain_region(ctx, chain, 0), chain_region(ctx, chain, 1), chain_region(ctx, chain, 2)};
   for (int i = 0; i < count; ++i) {
     DnnlConv *conv = chain.convs[i];
     char *out = regions[1 - i % 2];  // conv i reads the other region (or the third, after a reorder)
     if (i == 0) {
-      dnnl_memory_set_data_handle(conv->x.user, params[0]);
+      dnnl_memory_set_data_handle(conv->x.user, x);
       if (conv->x.reorder) dnnl_memory_set_data_handle(conv->x.inner, regions[0]);
       if (!dnnl_load(ctx, conv->x)) return false;
     }
@@ -1717,7 +1845,7 @@ bool dnnl_chain_forward(DnnlContext &ctx, const DnnlChain &chain, void **params,
     } else {
       dnnl_memory_set_data_handle(conv->y.inner, saved ? saved[i] : out);
     }
-    if (!dnnl_forward(ctx, conv, params[1 + 3 * i], params[2 + 3 * i], conv->x.inner, conv->y.inner)) return false;
+    if (!dnnl_forward(ctx, conv, cw[i], conv->x.inner, conv->y.inner)) return false;
     if (last) return dnnl_store(ctx, conv->y) && dnnl_stream_wait(ctx.stream) == 0;
     chain_gelu(chain.numel[i], saved ? static_cast<const float *>(saved[i]) : reinterpret_cast<float *>(out),
                reinterpret_cast<float *>(out), half_gamma, tanh_form);
@@ -1733,10 +1861,16 @@ bool dnnl_chain_forward(DnnlContext &ctx, const DnnlChain &chain, void **params,
   return dnnl_stream_wait(ctx.stream) == 0;
 }
 
-// The chain's gradients. `x` and `dy` are NCHW, saved[i] the forward's saved[i]; `w` the weights;
-// `dx` (NCHW) and per convolution dweight, dbias at grads[2 i], grads[2 i + 1] are written.
+// One convolution's gradients in a chain call: the weight's (of the raw weight where its ConvWeights has a
+// gain, and then the gain's too) and the bias's.
+struct ConvGrads {
+  void *weight = nullptr, *gain = nullptr, *bias = nullptr;
+};
+
+// The chain's gradients. `x` and `dy` are NCHW, saved[i] the forward's saved[i]; cw[i] convolution i's
+// weights as in the forward; `dx` (NCHW) and grads[i] are written.
 bool dnnl_chain_backward(DnnlContext &ctx, const DnnlChain &chain, void *x, void *dy, void *const *saved,
-                         void *const *w, void *dx, void *const *grads, float gamma, bool tanh_form) {
+                         const ConvWeights *cw, void *dx, const ConvGrads *grads, float gamma, bool tanh_form) {
   const int count = static_cast<int>(chain.convs.size());
   // r[0] holds the current convolution's dy (in its backward-data layout), r[1] its dx, r[2] its dy in
   // the backward-weights layout, r[3] its backward-weights src, r[4] an intermediate layout
@@ -1754,7 +1888,7 @@ bool dnnl_chain_backward(DnnlContext &ctx, const DnnlChain &chain, void *x, void
     } else {
       dnnl_memory_set_data_handle(conv->dx.inner, r[1]);
     }
-    if (!dnnl_backward_data(ctx, conv, w[i], conv->data_dy.inner, conv->dx.inner)) return false;
+    if (!dnnl_backward_data(ctx, conv, cw[i], conv->data_dy.inner, conv->dx.inner)) return false;
     if (i == 0 && !dnnl_store(ctx, conv->dx)) return false;
     dnnl_memory_t weights_dy = conv->data_dy.inner;
     if (!conv->shared_dy) {
@@ -1766,7 +1900,9 @@ bool dnnl_chain_backward(DnnlContext &ctx, const DnnlChain &chain, void *x, void
       dnnl_memory_set_data_handle(conv->weights_x.user, x);
       if (conv->weights_x.reorder) dnnl_memory_set_data_handle(conv->weights_x.inner, r[3]);
       if (!dnnl_load(ctx, conv->weights_x)) return false;
-      if (!dnnl_backward_weights(ctx, conv, conv->weights_x.inner, weights_dy, grads[0], grads[1])) return false;
+      if (!dnnl_backward_weights(ctx, conv, conv->weights_x.inner, weights_dy, grads[0].weight, grads[0].bias, &cw[0],
+                                 grads[0].gain))
+        return false;
       break;
     }
     // In one pass over the GELU's saved input v, in its layout: its output gamma * GELU(v) (recomputed,
@@ -1796,7 +1932,8 @@ bool dnnl_chain_backward(DnnlContext &ctx, const DnnlChain &chain, void *x, void
     dnnl_memory_set_data_handle(prev->y.inner, g);
     dnnl_memory_set_data_handle(conv->weights_x.inner, r[3]);
     if (!dnnl_reorder_run(ctx, chain.saved_to_src[i], prev->y.inner, conv->weights_x.inner) ||
-        !dnnl_backward_weights(ctx, conv, conv->weights_x.inner, weights_dy, grads[2 * i], grads[2 * i + 1]))
+        !dnnl_backward_weights(ctx, conv, conv->weights_x.inner, weights_dy, grads[i].weight, grads[i].bias, &cw[i],
+                               grads[i].gain))
       return false;
     if (chain.saved_to_dy[i - 1]) {
       dnnl_memory_set_data_handle(prev->y.inner, r[at]);
@@ -1815,17 +1952,62 @@ bool dnnl_chain_backward(DnnlContext &ctx, const DnnlChain &chain, void *x, void
 namespace {
 
 // DnnlConvGeluChain (`training` false) and DnnlConvGeluChainTrain: the same inputs and y, the latter
-// with the count - 1 saved activations after y.
-int chain_forward_kernel(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, bool training) {
-  const int count = training ? (nparam - 2) / 4 : (nparam - 3) / 3;
-  if (nparam != (training ? 4 * count + 2 : 3 * count + 3)) return 1;
+// with the count - 1 saved activations after y; with `standardizes`, each convolution's raw weight, gain
+// and standardization consts in place of its standardized weight (DnnlConvGeluChainTrainStd).
+int chain_forward_kernel(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, bool training,
+                         bool standardizes) {
+  const int per = standardizes ? 5 : 3;  // per convolution: weight[, gain, consts], bias, geometry
+  const int count = training ? (nparam - 2) / (per + 1) : (nparam - 3) / per;
+  if (nparam != (training ? (per + 1) * count + 2 : per * count + 3)) return 1;
   DnnlContext &ctx = dnnl_context();
   std::lock_guard<std::mutex> lock(ctx.run);
-  DnnlChain *chain = dnnl_chain_of(count, 1, 3, nparam, ndims, shapes, dtypes);
-  const float *consts = input(params, 3 * count + 1);
-  return chain && dnnl_chain_forward(ctx, *chain, params, params[3 * count + 2],
-                                     training ? params + 3 * count + 3 : nullptr, 0.5f * consts[0],
-                                     consts[1] != 0.0f) ? 0 : 1;
+  DnnlChain *chain = dnnl_chain_of(count, 1, per, nparam, ndims, shapes, dtypes);
+  if (chain == nullptr) return 1;
+  std::vector<ConvWeights> cw(count);
+  for (int i = 0; i < count; ++i) {
+    const int at = 1 + per * i;
+    cw[i].weight = params[at];
+    if (standardizes) {
+      cw[i].gain = input(params, at + 1);
+      cw[i].consts = input(params, at + 2);
+    }
+    cw[i].bias = params[at + per - 2];
+  }
+  const float *consts = input(params, per * count + 1);
+  return dnnl_chain_forward(ctx, *chain, params[0], cw.data(), params[per * count + 2],
+                            training ? params + per * count + 3 : nullptr, 0.5f * consts[0], consts[1] != 0.0f)
+             ? 0 : 1;
+}
+
+// DnnlConvGeluChainBackward, and with `standardizes` DnnlConvGeluChainBackwardStd.
+int chain_backward_kernel(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
+                          bool standardizes) {
+  const int per = standardizes ? 4 : 2;   // inputs per convolution: weight[, gain, consts], geometry
+  const int outs = standardizes ? 3 : 2;  // outputs per convolution: dweight[, dgain], dbias
+  const int count = (nparam - 3) / (per + outs + 1);
+  if (nparam != (per + outs + 1) * count + 3) return 1;
+  DnnlContext &ctx = dnnl_context();
+  std::lock_guard<std::mutex> lock(ctx.run);
+  const int first = count + 1;  // the first weight, after x, dy and the count - 1 saved activations
+  DnnlChain *chain = dnnl_chain_of(count, first, per, nparam, ndims, shapes, dtypes);
+  if (chain == nullptr) return 1;
+  const int grads_at = first + per * count + 2;  // after the consts and dx
+  std::vector<ConvWeights> cw(count);
+  std::vector<ConvGrads> grads(count);
+  for (int i = 0; i < count; ++i) {
+    const int at = first + per * i, out = grads_at + outs * i;
+    cw[i].weight = params[at];
+    grads[i].weight = params[out];
+    grads[i].bias = params[out + outs - 1];
+    if (standardizes) {
+      cw[i].gain = input(params, at + 1);
+      cw[i].consts = input(params, at + 2);
+      grads[i].gain = params[out + 1];
+    }
+  }
+  const float *consts = input(params, first + per * count);
+  return dnnl_chain_backward(ctx, *chain, params[0], params[1], params + 2, cw.data(), params[first + per * count + 1],
+                             grads.data(), consts[0], consts[1] != 0.0f) ? 0 : 1;
 }
 
 }  // namespace
@@ -1836,7 +2018,7 @@ int chain_forward_kernel(int nparam, void **params, int *ndims, int64_t **shapes
 // groups; only its shape is read), then consts (2,) = [gamma, form (0 exact, 1 tanh)], y.
 extern "C" int DnnlConvGeluChain(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, void *,
                                  void *) {
-  return chain_forward_kernel(nparam, params, ndims, shapes, dtypes, false);
+  return chain_forward_kernel(nparam, params, ndims, shapes, dtypes, false, false);
 }
 
 // DnnlConvGeluChain in training: the same params, then after y the outputs saved_0 ... saved_{count-2},
@@ -1844,7 +2026,7 @@ extern "C" int DnnlConvGeluChain(int nparam, void **params, int *ndims, int64_t 
 // DnnlConvGeluChainBackward.
 extern "C" int DnnlConvGeluChainTrain(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
                                       void *, void *) {
-  return chain_forward_kernel(nparam, params, ndims, shapes, dtypes, true);
+  return chain_forward_kernel(nparam, params, ndims, shapes, dtypes, true, false);
 }
 
 // The gradients of DnnlConvGeluChainTrain. params: x, dy (the gradient of y), saved_0 ...
@@ -1852,17 +2034,24 @@ extern "C" int DnnlConvGeluChainTrain(int nparam, void **params, int *ndims, int
 // convolution dweight and dbias.
 extern "C" int DnnlConvGeluChainBackward(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
                                          void *, void *) {
-  const int count = (nparam - 3) / 5;
-  if (nparam != 5 * count + 3) return 1;
-  DnnlContext &ctx = dnnl_context();
-  std::lock_guard<std::mutex> lock(ctx.run);
-  const int first = count + 1;  // the first weight
-  DnnlChain *chain = dnnl_chain_of(count, first, 2, nparam, ndims, shapes, dtypes);
-  if (chain == nullptr) return 1;
-  std::vector<void *> w;
-  for (int i = 0; i < count; ++i) w.push_back(params[first + 2 * i]);
-  const float *consts = input(params, first + 2 * count);
-  return dnnl_chain_backward(ctx, *chain, params[0], params[1], params + 2, w.data(), params[first + 2 * count + 1],
-                             params + first + 2 * count + 2, consts[0], consts[1] != 0.0f) ? 0 : 1;
+  return chain_backward_kernel(nparam, params, ndims, shapes, dtypes, false);
+}
+
+// DnnlConvGeluChainTrain with each convolution's weight standardized inside (the arithmetic of
+// WeightStandardizeForward, written straight into the layout oneDNN reads). params: x, then per
+// convolution its raw weight, gain (out, 1, 1, 1), standardization consts (3,), bias and geometry, then
+// consts; outputs y, saved_0 ... saved_{count-2}.
+extern "C" int DnnlConvGeluChainTrainStd(int nparam, void **params, int *ndims, int64_t **shapes,
+                                         const char **dtypes, void *, void *) {
+  return chain_forward_kernel(nparam, params, ndims, shapes, dtypes, true, true);
+}
+
+// The gradients of DnnlConvGeluChainTrainStd, through the standardization (WeightStandardizeBackward's
+// arithmetic, read straight from the layout oneDNN writes the weight gradient in). params: x, dy,
+// saved_0 ... saved_{count-2}, then per convolution its raw weight, gain, standardization consts and
+// geometry, then consts; outputs dx, then per convolution dweight, dgain and dbias.
+extern "C" int DnnlConvGeluChainBackwardStd(int nparam, void **params, int *ndims, int64_t **shapes,
+                                            const char **dtypes, void *, void *) {
+  return chain_backward_kernel(nparam, params, ndims, shapes, dtypes, true);
 }
 #endif  // NFNET_WITH_DNNL

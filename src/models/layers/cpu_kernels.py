@@ -502,6 +502,26 @@ def _chain_backward_shapes(x, _dy, *rest):
     return (x, *[s for w in weights for s in (w, (w[0],))])
 
 
+def _without_standardization(shapes):
+    """The shapes of a standardizing chain kernel's inputs (x, then weight, gain, consts, bias, geometry per
+    convolution, then consts) as the plain kernel's: x, then weight, bias, geometry, then consts."""
+    x, *rest, consts = shapes
+    per_conv = [rest[i:i + 5] for i in range(0, len(rest), 5)]
+    return (x, *[s for weight, _gain, _consts, bias, geo in per_conv for s in (weight, bias, geo)], consts)
+
+
+def _chain_train_std_shapes(*shapes):
+    """DnnlConvGeluChainTrainStd's outputs: those of DnnlConvGeluChainTrain."""
+    return _chain_train_shapes(*_without_standardization(shapes))
+
+
+def _chain_backward_std_shapes(x, _dy, *rest):
+    """dx, then dweight, dgain and dbias per convolution, from DnnlConvGeluChainBackwardStd's input shapes."""
+    count = len(rest) // 5  # rest: count - 1 saved, (weight, gain, consts, geometry) per convolution, consts
+    convs = [rest[count - 1 + 4 * i:count + 3 + 4 * i] for i in range(count)]
+    return (x, *[s for weight, gain, _consts, _geo in convs for s in (weight, gain, (weight[0],))])
+
+
 def _chain_inputs(x, weights_and_biases, geometry):
     """x, then weight, bias and geometry per convolution: the chain kernels' inputs before consts."""
     inputs = [x]
@@ -534,6 +554,41 @@ class _TrainingChain(nn.Cell):
         return self.backward(*inputs, self.consts)
 
 
+class _StandardizingTrainingChain(nn.Cell):
+    """_TrainingChain from each convolution's raw weight and gain (DnnlConvGeluChainTrainStd and
+    DnnlConvGeluChainBackwardStd): the weights standardized inside, straight into the layouts oneDNN reads,
+    and their gradients taken back through the standardization straight from the layout oneDNN writes them
+    in. The same floats as FusedWeightStandardization before _TrainingChain; what it saves are the passes
+    over the weights between them: the forward's and the gradient's weight reorders (about 40 ms of F0's
+    train step at b8 and 192 px on the Ice Lake, oneDNN's log), and the standardized weights MindSpore
+    kept from the forward for the backward. `standardization`: one consts tensor per convolution, as
+    FusedWeightStandardization's."""
+
+    def __init__(self, geometry, consts, standardization):
+        super().__init__()
+        if len(geometry) != 4 or len(standardization) != 4:
+            raise ValueError(f"the training chain takes an NF block's 4 convolutions, not {len(geometry)}")
+        self.geometry, self.consts, self.standardization = geometry, consts, standardization
+        self.forward = _custom("DnnlConvGeluChainTrainStd", _chain_train_std_shapes,
+                               lambda x, *_rest: (x,) * len(geometry))
+        self.backward = _custom("DnnlConvGeluChainBackwardStd", _chain_backward_std_shapes,
+                                lambda x, *_rest: (x,) * (1 + 3 * len(geometry)))
+
+    def construct(self, x, *weights_gains_biases):
+        inputs = [x]
+        for i, geo in enumerate(self.geometry):
+            weight, gain, bias = weights_gains_biases[3 * i:3 * i + 3]
+            inputs += [weight, gain, self.standardization[i], bias, geo]
+        return self.forward(*inputs, self.consts)
+
+    def bprop(self, x, w1, g1, b1, w2, g2, b2, w2b, g2b, b2b, w3, g3, b3, out, dout):
+        inputs = [x, dout[0], *out[1:]]
+        for weight, gain, consts, geometry in zip((w1, w2, w2b, w3), (g1, g2, g2b, g3), self.standardization,
+                                                   self.geometry):
+            inputs += [weight, gain, consts, geometry]
+        return self.backward(*inputs, self.consts)
+
+
 class FusedConvGeluChain(nn.Cell):
     """conv -> gamma GELU -> conv -> ... -> conv in one oneDNN kernel, forward and backward: what an NF block's
     main path (conv1, conv2, conv2b, conv3 with their GELUs) computes.
@@ -545,24 +600,40 @@ class FusedConvGeluChain(nn.Cell):
     returns the GELUs' inputs in that layout, and the backward runs the chain in reverse on them (the GELUs'
     outputs recomputed, not kept). `geometries`: (kernel size, stride, groups) per convolution; `gamma` and
     `gelu_form` the GELU's (activations.py).
+
+    With `standardization` ((scale, eps, form) per convolution, as FusedWeightStandardization's), training
+    takes each convolution's raw weight, gain and bias and standardizes inside
+    (_StandardizingTrainingChain; `standardizes` says so); inference always takes standardized weights
+    and biases.
     """
 
-    def __init__(self, geometries, gamma, gelu_form="exact"):
+    def __init__(self, geometries, gamma, gelu_form="exact", standardization=None):
         super().__init__()
         self.geometries = tuple(tuple(int(v) for v in g) for g in geometries)
         self.gamma, self.gelu_form = float(gamma), gelu_form
+        self.standardization = None if standardization is None else tuple(
+            (float(scale), float(eps), form) for scale, eps, form in standardization)
+        self.standardizes = self.standardization is not None
         self.geometry = [ops.zeros((k, k, stride, groups), ms.int32) for k, stride, groups in self.geometries]
         self.consts = Tensor([self.gamma, 1.0 if gelu_form == "tanh" else 0.0], ms.float32)
         self.chain = _custom("DnnlConvGeluChain", lambda *s: _chain_shapes(*s)[-1], lambda x, *_rest: x)
-        self.training_chain = _TrainingChain(self.geometry, self.consts)
+        if self.standardizes:
+            ws_consts = [FusedWeightStandardization(scale, eps, form).consts for scale, eps, form in self.standardization]
+            self.training_chain = _StandardizingTrainingChain(self.geometry, self.consts, ws_consts)
+        else:
+            self.training_chain = _TrainingChain(self.geometry, self.consts)
 
     def construct(self, x, *weights_and_biases):
         if self.training:
             return self.training_chain(x, *weights_and_biases)[0]
         return self.chain(*_chain_inputs(x, weights_and_biases, self.geometry), self.consts)
 
-    def __deepcopy__(self, memo):
+    def without_standardization(self):
+        """This chain taking standardized weights in training too (a folded network's: deploy/fold.py)."""
         return type(self)(self.geometries, self.gamma, self.gelu_form)
+
+    def __deepcopy__(self, memo):
+        return type(self)(self.geometries, self.gamma, self.gelu_form, self.standardization)
 
 
 if __name__ == "__main__":  # `python -m src.models.layers.cpu_kernels`: build now (make does)

@@ -70,7 +70,11 @@ def _chain_of(cell):
         return None
     if any(c.out_channels % 16 for c in convs[:-1]):
         return None
-    return k.FusedConvGeluChain([(f.kernel_size, f.stride, f.groups) for f in fused], acts[0].gamma, acts[0].gelu_form)
+    standardize = [getattr(c, "standardize", None) for c in convs]
+    standardization = ([(ws.scale, ws.eps, ws.form) for ws in standardize]
+                       if all(type(ws) is k.FusedWeightStandardization for ws in standardize) else None)
+    return k.FusedConvGeluChain([(f.kernel_size, f.stride, f.groups) for f in fused], acts[0].gamma, acts[0].gelu_form,
+                                standardization)
 
 
 def apply_fast_forms(network, forms=None):
