@@ -623,26 +623,44 @@ def run_rounds(group, rounds, merge, names, opt, workdir, deadline, in_turns=Fal
     return {name: merge(name, rounds_of_name) for name, rounds_of_name in records.items()}
 
 
+def curve_cost_basis(workers, opt):
+    """(fixed_s, step_s) of one curve point's train forms together, from the main train rows' first rounds:
+    start-up and compile (the worker's active time less its steps), and one step at the train batch and size.
+    None when a train row is missing (--only curves)."""
+    fixed_s = step_s = 0.0
+    for _, worker in scaling.FRAMEWORKS:
+        record = workers.get(worker) or {}
+        if not record.get("ok"):
+            return None
+        first = (record.get("rounds") or [record])[0]
+        step_s += first["result"]["step_s"]
+        fixed_s += max(0.0, first["duration_s"] - (opt.warmup + opt.steps) * first["result"]["step_s"])
+    return fixed_s, step_s
+
+
 def run_curves(opt, workdir, deadline, workers):
     """{scaling.point_key: record} of every curve point, each point's train forms in turns; the main train rows
-    stand for their own point."""
-    records = {}
-    for _, batch, size in scaling.curve_points(opt.train_batch, opt.train_size, opt.quick):
-        entries = []
-        for framework, worker in scaling.FRAMEWORKS:
-            key = scaling.point_key(framework, batch, size)
-            if key in records:  # the train size's point is in both sweeps
-                continue
-            if (batch, size) == (opt.train_batch, opt.train_size) and (workers.get(worker) or {}).get("ok"):
-                records[key] = workers[worker]
-                continue
-            timeout = scaling.point_timeout(worker, batch, size, opt.train_batch, opt.train_size,
-                                            QUICK_TIMEOUT if opt.quick else None) * opt.timeout_scale
-            steps = scaling.point_steps(opt.curve_steps, batch, size, opt.train_batch, opt.train_size)
-            entries.append({"name": worker, "key": key, "args": ("--batch", batch, "--size", size), "steps": steps,
-                            "timeout": timeout})
-        if entries:
-            records.update(run_turns_within_budget(entries, opt, workdir, deadline))
+    stand for their own point. The points run ends first (scaling.run_order), with fewer timed steps where the
+    main train rows' times say that all would not fit in the time left (scaling.fitted_steps)."""
+    records = {scaling.point_key(framework, opt.train_batch, opt.train_size): workers[worker]
+               for framework, worker in scaling.FRAMEWORKS if (workers.get(worker) or {}).get("ok")}
+    pairs = []  # (batch, size) still to run, each once (the train size's point is in both sweeps)
+    for _, batch, size in scaling.run_order(scaling.curve_points(opt.train_batch, opt.train_size, opt.quick)):
+        if (batch, size) not in pairs and any(scaling.point_key(framework, batch, size) not in records
+                                              for framework, _ in scaling.FRAMEWORKS):
+            pairs.append((batch, size))
+    basis = None if opt.quick else curve_cost_basis(workers, opt)
+    steps = (scaling.fitted_steps(pairs, opt.train_batch, opt.train_size, opt.curve_steps, opt.warmup, *basis,
+                                  deadline - time.perf_counter()) if basis else
+             {pair: scaling.point_steps(opt.curve_steps, *pair, opt.train_batch, opt.train_size) for pair in pairs})
+    for batch, size in pairs:
+        entries = [{"name": worker, "key": scaling.point_key(framework, batch, size),
+                    "args": ("--batch", batch, "--size", size), "steps": steps[(batch, size)],
+                    "timeout": scaling.point_timeout(worker, batch, size, opt.train_batch, opt.train_size,
+                                                     QUICK_TIMEOUT if opt.quick else None) * opt.timeout_scale}
+                   for framework, worker in scaling.FRAMEWORKS
+                   if scaling.point_key(framework, batch, size) not in records]
+        records.update(run_turns_within_budget(entries, opt, workdir, deadline))
     return records
 
 

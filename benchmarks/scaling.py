@@ -41,12 +41,54 @@ def point_timeout(worker, batch, size, base_batch, base_size, quick_timeout=None
     return fixed + per_work * work
 
 
+def point_work(batch, size, base_batch, base_size):
+    """Pixels per step of a curve point against the bench's own batch and size."""
+    return batch * size * size / (base_batch * base_size * base_size)
+
+
 def point_steps(steps, batch, size, base_batch, base_size, most=4):
     """Timed steps at one curve point: ``steps`` at the bench's own batch and size and above, more where a
     step is cheaper (in proportion to the pixels per step, at most ``most`` times ``steps``), so that each
     point's median covers a similar stretch of time. Batch 1 at 192 px: 12 steps of 0.5-0.8 s."""
-    work = batch * size * size / (base_batch * base_size * base_size)
-    return max(steps, min(most * steps, round(steps / work)))
+    return max(steps, min(most * steps, round(steps / point_work(batch, size, base_batch, base_size))))
+
+
+def run_order(points):
+    """The curve points with each sweep's ends first, the most work first among them (batch 16, 256 px, 128 px,
+    batch 1 for F0), then the inner points: a run whose budget runs out skips the points the ends bracket."""
+    def value(point):
+        sweep, batch, size = point
+        return batch if sweep == "batch" else size
+
+    ends = set()
+    for sweep in {point[0] for point in points}:
+        values = [value(point) for point in points if point[0] == sweep]
+        ends |= {(sweep, min(values)), (sweep, max(values))}
+    return sorted(points, key=lambda point: ((point[0], value(point)) not in ends, -point[1] * point[2] ** 2))
+
+
+def fitted_steps(pairs, base_batch, base_size, steps, warmup, fixed_s, step_s, left_s, margin=1.25):
+    """{(batch, size): timed steps} of the curve points ``pairs``, fewer than point_steps gives where the points would not
+    fit in ``left_s`` seconds: first fewer extra steps at the cheap points (``most`` 4, 2, 1), then fewer steps
+    everywhere, down to one. A slow machine (the 2-core Zen 1: 3.6x the Ice Lake's step) keeps its expensive
+    points that way; what still does not fit is skipped by the run's budget, inner points first (run_order).
+
+    ``fixed_s``: one point's start-up and compile, every train form together; ``step_s``: one step of every
+    form together at the base batch and size (both from the main train rows). A point with n timed steps is
+    estimated at ``margin * (fixed_s + (warmup + n) * step_s * work)``.
+    """
+    def plan(most, count):
+        return {pair: point_steps(count, *pair, base_batch, base_size, most) for pair in pairs}
+
+    def cost(counts):
+        return sum(margin * (fixed_s + (warmup + counts[pair]) * step_s * point_work(*pair, base_batch, base_size))
+                   for pair in pairs)
+
+    tries = [(most, steps) for most in (4, 2, 1)] + [(1, count) for count in range(steps - 1, 0, -1)]
+    for most, count in tries:
+        if cost(plan(most, count)) <= left_s:
+            break
+    return plan(most, count)
 
 
 def collect_curves(points, records, flops_by_size=None, peak_gflop_s=None):

@@ -195,6 +195,18 @@ def test_curve_points_stop_at_128_px_and_share_the_main_train_point():
     assert scaling.point_timeout("train_timm", 8, 192, 8, 192, quick_timeout=120) == 120
 
 
+def test_curve_points_run_ends_first_and_take_fewer_steps_where_the_time_left_is_short():
+    points = scaling.curve_points(8, 192)
+    assert [(b, s) for _, b, s in scaling.run_order(points)][:4] == [(16, 192), (8, 256), (8, 128), (1, 192)]
+    pairs = [(16, 192), (8, 256), (8, 128), (1, 192), (4, 192), (2, 192)]
+    # the 2-core Zen 1's main train rows: 43 s of start-up and compile, 17.1 s per step, the three forms together
+    roomy = scaling.fitted_steps(pairs, 8, 192, 3, 2, fixed_s=43.0, step_s=17.1, left_s=3000.0)
+    assert roomy == {pair: scaling.point_steps(3, *pair, 8, 192) for pair in pairs}
+    assert roomy[(1, 192)] == 12 and roomy[(16, 192)] == 3
+    assert set(scaling.fitted_steps(pairs, 8, 192, 3, 2, 43.0, 17.1, left_s=900.0).values()) == {3}
+    assert set(scaling.fitted_steps(pairs, 8, 192, 3, 2, 43.0, 17.1, left_s=300.0).values()) == {1}
+
+
 def test_curves_hold_each_point_or_its_reason_and_are_plotted(tmp_path):
     points = [("batch", 1, 64), ("batch", 2, 64), ("resolution", 2, 64), ("resolution", 2, 96)]
     assert scaling.curve_points(2, 64, quick=True) == [points[0], points[2]]  # the second: the main train row's
