@@ -54,8 +54,9 @@ framework alike.
 Each measurement runs in its own subprocess (``bench.py --worker NAME --json-out FILE``), one
 after another, with a timeout; a worker that fails, times out or grows past --max-rss-gb (its
 process group is killed, protecting a shared machine) is reported as such. The whole run keeps
-to --budget-min minutes: a worker's timeout is cut to the time left, and the curve points that
-no longer fit are skipped (the curves run last but for MindRecord). Output: a table (ratio > 1: ours better;
+to --budget-min minutes: a worker's timeout is cut to the time left; the curves run last but for MindRecord,
+each sweep's ends first, with fewer timed steps where the main train rows say that all points would not fit
+(scaling.fitted_steps), and the points that still do not fit are skipped. Output: a table (ratio > 1: ours better;
 ours/timm for throughput, timm/ours for times and memory), the GFLOP/s block, the curves,
 <output-dir>/results.json (every number, per-step times, machine and versions),
 <output-dir>/results.png (the ratios) and <output-dir>/scaling.png.
@@ -624,9 +625,9 @@ def run_rounds(group, rounds, merge, names, opt, workdir, deadline, in_turns=Fal
 
 
 def curve_cost_basis(workers, opt):
-    """(fixed_s, step_s) of one curve point's train forms together, from the main train rows' first rounds:
-    start-up and compile (the worker's active time less its steps), and one step at the train batch and size.
-    None when a train row is missing (--only curves)."""
+    """scaling.CostBasis of one curve point from the main train rows' first rounds: each form's start-up and
+    compile (its active time less its steps) and its step at the train batch and size, the forms summed. None
+    when a train row is missing (--only curves)."""
     fixed_s = step_s = 0.0
     for _, worker in scaling.FRAMEWORKS:
         record = workers.get(worker) or {}
@@ -635,13 +636,14 @@ def curve_cost_basis(workers, opt):
         first = (record.get("rounds") or [record])[0]
         step_s += first["result"]["step_s"]
         fixed_s += max(0.0, first["duration_s"] - (opt.warmup + opt.steps) * first["result"]["step_s"])
-    return fixed_s, step_s
+    return scaling.CostBasis(fixed_s, step_s, opt.warmup, opt.train_batch, opt.train_size)
 
 
 def run_curves(opt, workdir, deadline, workers):
     """{scaling.point_key: record} of every curve point, each point's train forms in turns; the main train rows
     stand for their own point. The points run ends first (scaling.run_order), with fewer timed steps where the
-    main train rows' times say that all would not fit in the time left (scaling.fitted_steps)."""
+    main train rows' times say that all would not fit in the time left (scaling.fitted_steps); a point whose
+    estimate exceeds the time left is skipped rather than started."""
     records = {scaling.point_key(framework, opt.train_batch, opt.train_size): workers[worker]
                for framework, worker in scaling.FRAMEWORKS if (workers.get(worker) or {}).get("ok")}
     pairs = []  # (batch, size) still to run, each once (the train size's point is in both sweeps)
@@ -650,17 +652,20 @@ def run_curves(opt, workdir, deadline, workers):
                                               for framework, _ in scaling.FRAMEWORKS):
             pairs.append((batch, size))
     basis = None if opt.quick else curve_cost_basis(workers, opt)
-    steps = (scaling.fitted_steps(pairs, opt.train_batch, opt.train_size, opt.curve_steps, opt.warmup, *basis,
-                                  deadline - time.perf_counter()) if basis else
+    steps = (scaling.fitted_steps(pairs, opt.curve_steps, basis, deadline - time.perf_counter()) if basis else
              {pair: scaling.point_steps(opt.curve_steps, *pair, opt.train_batch, opt.train_size) for pair in pairs})
-    for batch, size in pairs:
-        entries = [{"name": worker, "key": scaling.point_key(framework, batch, size),
-                    "args": ("--batch", batch, "--size", size), "steps": steps[(batch, size)],
-                    "timeout": scaling.point_timeout(worker, batch, size, opt.train_batch, opt.train_size,
-                                                     QUICK_TIMEOUT if opt.quick else None) * opt.timeout_scale}
-                   for framework, worker in scaling.FRAMEWORKS
-                   if scaling.point_key(framework, batch, size) not in records]
-        records.update(run_turns_within_budget(entries, opt, workdir, deadline))
+    for pair in pairs:
+        keys = [(framework, worker, scaling.point_key(framework, *pair)) for framework, worker in scaling.FRAMEWORKS]
+        keys = [(worker, key) for framework, worker, key in keys if key not in records]
+        if basis and scaling.point_cost_s(pair, steps[pair], basis) > deadline - time.perf_counter():
+            records.update(skipped([key for _, key in keys], opt))
+            continue
+        batch, size = pair
+        records.update(run_turns_within_budget([{
+            "name": worker, "key": key, "args": ("--batch", batch, "--size", size), "steps": steps[pair],
+            "timeout": scaling.point_timeout(worker, batch, size, opt.train_batch, opt.train_size,
+                                             QUICK_TIMEOUT if opt.quick else None) * opt.timeout_scale}
+            for worker, key in keys], opt, workdir, deadline))
     return records
 
 

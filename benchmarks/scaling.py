@@ -6,6 +6,7 @@ point at the bench's own train batch and size is the main table's train row, not
 The resolutions stop at 128 px for F0: its last stage then runs at 4x4; MindSpore 2.10's CPU
 kernels take minutes per train step on 1x1 feature maps (a cliff, not a curve).
 """
+import collections
 
 # timm's two training forms that fit a curve's budget (torch.compile's minutes of compile per point do not)
 FRAMEWORKS = (("ours", "train_ours"), ("timm", "train_timm"), ("timm_cl", "train_timm_cl"))
@@ -67,28 +68,33 @@ def run_order(points):
     return sorted(points, key=lambda point: ((point[0], value(point)) not in ends, -point[1] * point[2] ** 2))
 
 
-def fitted_steps(pairs, base_batch, base_size, steps, warmup, fixed_s, step_s, left_s, margin=1.25):
-    """{(batch, size): timed steps} of the curve points ``pairs``, fewer than point_steps gives where the points would not
-    fit in ``left_s`` seconds: first fewer extra steps at the cheap points (``most`` 4, 2, 1), then fewer steps
-    everywhere, down to one. A slow machine (the 2-core Zen 1: 3.6x the Ice Lake's step) keeps its expensive
-    points that way; what still does not fit is skipped by the run's budget, inner points first (run_order).
+# what a curve point costs, from the main train rows: one point's start-up and compile, every train form
+# together (fixed_s); one step of every form together at the base batch and size (step_s); warm-up steps
+CostBasis = collections.namedtuple("CostBasis", "fixed_s step_s warmup base_batch base_size")
+COST_MARGIN = 1.25  # the estimate's headroom: a step's time is not quite in proportion to its pixels
 
-    ``fixed_s``: one point's start-up and compile, every train form together; ``step_s``: one step of every
-    form together at the base batch and size (both from the main train rows). A point with n timed steps is
-    estimated at ``margin * (fixed_s + (warmup + n) * step_s * work)``.
-    """
+
+def point_cost_s(pair, count, basis):
+    """Estimated seconds of the curve point ``pair`` = (batch, size) with ``count`` timed steps."""
+    work = point_work(*pair, basis.base_batch, basis.base_size)
+    return COST_MARGIN * (basis.fixed_s + (basis.warmup + count) * basis.step_s * work)
+
+
+def fitted_steps(pairs, steps, basis, left_s):
+    """{(batch, size): timed steps} of the curve points ``pairs``, fewer than point_steps gives where the points
+    would not fit in ``left_s`` seconds (point_cost_s): first fewer extra steps at the cheap points (``most`` 4, 2,
+    1), then fewer steps everywhere, down to one. A slow machine (the 2-core Zen 1: 3.2x the Ice Lake's train
+    step) keeps its expensive points that way; the ones that still do not fit are skipped, inner points first
+    (run_order)."""
     def plan(most, count):
-        return {pair: point_steps(count, *pair, base_batch, base_size, most) for pair in pairs}
-
-    def cost(counts):
-        return sum(margin * (fixed_s + (warmup + counts[pair]) * step_s * point_work(*pair, base_batch, base_size))
-                   for pair in pairs)
+        return {pair: point_steps(count, *pair, basis.base_batch, basis.base_size, most) for pair in pairs}
 
     tries = [(most, steps) for most in (4, 2, 1)] + [(1, count) for count in range(steps - 1, 0, -1)]
     for most, count in tries:
-        if cost(plan(most, count)) <= left_s:
+        counts = plan(most, count)
+        if sum(point_cost_s(pair, counts[pair], basis) for pair in pairs) <= left_s:
             break
-    return plan(most, count)
+    return counts
 
 
 def collect_curves(points, records, flops_by_size=None, peak_gflop_s=None):

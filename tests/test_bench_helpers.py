@@ -3,11 +3,13 @@ the cost curves, on small inputs (the bench itself: tests/test_bench.py)."""
 import json
 import math
 import os
+import time
 
 import pytest
 
 from benchmarks import flops, matmul_peak, scaling
 from benchmarks.report import efficiency, format_efficiency, format_rounds
+from benchmarks import bench
 from benchmarks.bench import finite_losses
 from benchmarks.peers import check_form_logits
 from benchmarks.runner import (inductor_cache_dir, merge_eval_rounds, merge_peak_rounds, merge_rounds, merge_train_rounds,
@@ -200,11 +202,30 @@ def test_curve_points_run_ends_first_and_take_fewer_steps_where_the_time_left_is
     assert [(b, s) for _, b, s in scaling.run_order(points)][:4] == [(16, 192), (8, 256), (8, 128), (1, 192)]
     pairs = [(16, 192), (8, 256), (8, 128), (1, 192), (4, 192), (2, 192)]
     # the 2-core Zen 1's main train rows: 43 s of start-up and compile, 17.1 s per step, the three forms together
-    roomy = scaling.fitted_steps(pairs, 8, 192, 3, 2, fixed_s=43.0, step_s=17.1, left_s=3000.0)
+    basis = scaling.CostBasis(fixed_s=43.0, step_s=17.1, warmup=2, base_batch=8, base_size=192)
+    assert scaling.point_cost_s((16, 192), 1, basis) == pytest.approx(1.25 * (43.0 + 3 * 17.1 * 2))
+    roomy = scaling.fitted_steps(pairs, 3, basis, left_s=3000.0)
     assert roomy == {pair: scaling.point_steps(3, *pair, 8, 192) for pair in pairs}
     assert roomy[(1, 192)] == 12 and roomy[(16, 192)] == 3
-    assert set(scaling.fitted_steps(pairs, 8, 192, 3, 2, 43.0, 17.1, left_s=900.0).values()) == {3}
-    assert set(scaling.fitted_steps(pairs, 8, 192, 3, 2, 43.0, 17.1, left_s=300.0).values()) == {1}
+    assert set(scaling.fitted_steps(pairs, 3, basis, left_s=900.0).values()) == {3}
+    assert set(scaling.fitted_steps(pairs, 3, basis, left_s=300.0).values()) == {1}
+
+
+def test_curve_points_that_would_not_fit_are_skipped_not_started(tmp_path):
+    opt = bench.parse_args([])
+    # main train rows of 50 s each, 5 s steps: a point costs 15 s of start-up and compile per form
+    workers = {worker: {"ok": True, "duration_s": 50.0, "result": {"step_s": 5.0}} for _, worker in scaling.FRAMEWORKS}
+    assert bench.curve_cost_basis(workers, opt) == scaling.CostBasis(45.0, 15.0, 2, 8, 192)
+    # 60 s left: the cheapest point (batch 1, one step) is estimated at 63 s, so nothing starts
+    records = bench.run_curves(opt, str(tmp_path), time.perf_counter() + 60, workers)
+    for _, batch, size in scaling.curve_points(8, 192):
+        for framework, worker in scaling.FRAMEWORKS:
+            record = records[scaling.point_key(framework, batch, size)]
+            if (batch, size) == (8, 192):
+                assert record is workers[worker]
+            else:
+                assert record["error"] == "skipped: over the run's --budget-min 28" and record["result"] is None
+    assert os.listdir(tmp_path) == []  # no worker wrote its log
 
 
 def test_curves_hold_each_point_or_its_reason_and_are_plotted(tmp_path):
