@@ -655,17 +655,17 @@ def run_curves(opt, workdir, deadline, workers):
     steps = (scaling.fitted_steps(pairs, opt.curve_steps, basis, deadline - time.perf_counter()) if basis else
              {pair: scaling.point_steps(opt.curve_steps, *pair, opt.train_batch, opt.train_size) for pair in pairs})
     for pair in pairs:
-        keys = [(framework, worker, scaling.point_key(framework, *pair)) for framework, worker in scaling.FRAMEWORKS]
-        keys = [(worker, key) for framework, worker, key in keys if key not in records]
+        forms = [(worker, scaling.point_key(framework, *pair)) for framework, worker in scaling.FRAMEWORKS
+                 if scaling.point_key(framework, *pair) not in records]
         if basis and scaling.point_cost_s(pair, steps[pair], basis) > deadline - time.perf_counter():
-            records.update(skipped([key for _, key in keys], opt))
+            records.update(skipped([key for _, key in forms], opt))
             continue
         batch, size = pair
         records.update(run_turns_within_budget([{
             "name": worker, "key": key, "args": ("--batch", batch, "--size", size), "steps": steps[pair],
             "timeout": scaling.point_timeout(worker, batch, size, opt.train_batch, opt.train_size,
                                              QUICK_TIMEOUT if opt.quick else None) * opt.timeout_scale}
-            for worker, key in keys], opt, workdir, deadline))
+            for worker, key in forms], opt, workdir, deadline))
     return records
 
 
