@@ -27,6 +27,11 @@ def point_key(framework, batch, size):
     return f"curve_{framework}_b{batch}_{size}px"
 
 
+def point_work(batch, size, base_batch, base_size):
+    """Pixels per step of a curve point against the bench's own batch and size."""
+    return batch * size * size / (base_batch * base_size * base_size)
+
+
 def point_timeout(worker, batch, size, base_batch, base_size, quick_timeout=None):
     """Seconds for one curve point: start-up and compile plus 5 steps that grow with the pixels per step.
 
@@ -37,14 +42,8 @@ def point_timeout(worker, batch, size, base_batch, base_size, quick_timeout=None
     """
     if quick_timeout is not None:
         return quick_timeout
-    work = batch * size * size / (base_batch * base_size * base_size)
     fixed, per_work = (120, 150) if worker == "train_ours" else (90, 150)  # both timm forms alike
-    return fixed + per_work * work
-
-
-def point_work(batch, size, base_batch, base_size):
-    """Pixels per step of a curve point against the bench's own batch and size."""
-    return batch * size * size / (base_batch * base_size * base_size)
+    return fixed + per_work * point_work(batch, size, base_batch, base_size)
 
 
 def point_steps(steps, batch, size, base_batch, base_size, most=4):

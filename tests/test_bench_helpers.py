@@ -7,9 +7,8 @@ import time
 
 import pytest
 
-from benchmarks import flops, matmul_peak, scaling
+from benchmarks import bench, flops, matmul_peak, scaling
 from benchmarks.report import efficiency, format_efficiency, format_rounds
-from benchmarks import bench
 from benchmarks.bench import finite_losses
 from benchmarks.peers import check_form_logits
 from benchmarks.runner import (inductor_cache_dir, merge_eval_rounds, merge_peak_rounds, merge_rounds, merge_train_rounds,
