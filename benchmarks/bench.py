@@ -76,7 +76,7 @@ if ROOT not in sys.path:  # python benchmarks/bench.py
     sys.path.insert(0, ROOT)
 
 from benchmarks import scaling  # noqa: E402  (after the path fix above)
-from benchmarks.lite_cpu import LITE_MISSING, lite_cache, lite_python  # noqa: E402
+from benchmarks.lite_venv import MISSING as LITE_MISSING, lite_cache, venv_python  # noqa: E402
 from benchmarks.report import (collect_metrics, efficiency, format_efficiency, format_rounds,  # noqa: E402
                                format_table, plot_ratios)
 from benchmarks.runner import (ISA_LIMITS, available_cores, machine_info, memory_available_gb,  # noqa: E402
@@ -358,7 +358,6 @@ def lite_ours(opt):
 
     import numpy as np
 
-    from benchmarks.lite_cpu import lite_python
     from src.deploy.infer_cpu import load_onnx
 
     make_input = _numpy_input(opt)
@@ -367,7 +366,7 @@ def lite_ours(opt):
         for batch in (opt.eval_batch, 1):
             np.save(os.path.join(tmp, f"x_b{batch}.npy"), make_input(batch))
         json_out = os.path.join(tmp, "lite.json")
-        subprocess.run([lite_python(), os.path.join(ROOT, "benchmarks", "lite_cpu.py"), "--onnx", path, "--inputs", tmp,
+        subprocess.run([venv_python(), os.path.join(ROOT, "benchmarks", "lite_cpu.py"), "--onnx", path, "--inputs", tmp,
                         "--threads", str(opt.threads), "--warmup", str(opt.warmup), "--steps", str(opt.steps),
                         "--json-out", json_out], check=True)
         with open(json_out) as f:
@@ -722,7 +721,7 @@ def drive(opt):
                                               deadline, in_turns=True))
             elif name == "curves":
                 curve_records = run_curves(opt, workdir, deadline, workers)
-            elif name == "lite_ours" and lite_python() is None:
+            elif name == "lite_ours" and venv_python() is None:
                 workers[name] = {"ok": False, "error": LITE_MISSING.format(lite_cache()), "duration_s": 0.0,
                                  "result": None}
                 print(f"{name}: {workers[name]['error']}", flush=True)
@@ -746,7 +745,8 @@ def drive(opt):
     with open(os.path.join(output_dir, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
     isa = machine["isa"] if opt.isa == "native" else f"{opt.isa} (limited on {machine['isa']})"
-    title = (f"{opt.arch}, {machine['cpu']} {isa}, {opt.threads} threads, mindspore {machine['mindspore']} vs "
+    cpu = f"{machine['cpu']} ({machine['cpu_id']})" if machine.get("cpu_id") else machine["cpu"]
+    title = (f"{opt.arch}, {cpu} {isa}, {opt.threads} threads, mindspore {machine['mindspore']} vs "
              f"torch {machine['torch']} / timm {machine['timm']}, {date}")
     outputs = [os.path.join(output_dir, "results.json"), os.path.join(output_dir, "results.png")]
     plot_ratios(metrics, outputs[1], title)

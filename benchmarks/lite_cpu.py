@@ -4,13 +4,13 @@
         [--warmup 2] [--steps 5] [--optimize general] --json-out FILE
 
 Runs under the Python of the MindSpore Lite wheel (PyPI's mindspore-lite 2.0.0 is a CPython 3.7
-wheel; `make test-lite` makes that venv), so it imports only numpy and mindspore_lite. For every
-DIR/x_b<N>.npy (float32 NCHW), the ONNX model is converted with its batch axis fixed at N
-(mindspore_lite.Converter, what `converter_lite --fmk=ONNX --saveType=MINDIR --inputShape` writes;
-`optimize` "general" fuses operators, "none" does not), built for the CPU with `--threads`
-threads, and called warmup + steps times (each call's seconds include setting the input); the
-last logits go to DIR/logits_b<N>.npy, the timings to --json-out. Lite 2.0.0
-cannot read a MindSpore 2.10 MINDIR (mind_ir_version 3 > 1), so ONNX is the only way in.
+wheel; `make lite-venv` makes that venv: benchmarks/lite_venv.py), so it imports only numpy and
+mindspore_lite. For every DIR/x_b<N>.npy (float32 NCHW), the ONNX model is converted with its batch
+axis fixed at N (mindspore_lite.Converter, what `converter_lite --fmk=ONNX --saveType=MINDIR
+--inputShape` writes; `optimize` "general" fuses operators, "none" does not), built for the CPU with
+`--threads` threads, and called warmup + steps times (each call's seconds include setting the input);
+the last logits go to DIR/logits_b<N>.npy, the timings to --json-out. Lite 2.0.0 cannot read a
+MindSpore 2.10 MINDIR (mind_ir_version 3 > 1), so ONNX is the only way in.
 """
 import argparse
 import glob
@@ -23,22 +23,6 @@ import sys
 import time
 
 import numpy as np
-
-LITE_MISSING = ("skipped: no MindSpore Lite venv at {}/py37 (run `make test-lite` once: it downloads PyPI's "
-                "mindspore-lite 2.0.0 and makes that Python 3.7 venv)")
-
-
-def lite_cache():
-    """Where `make test-lite` keeps the Lite wheel's venv ($NFNET_LITE_CACHE, as tests/deploy/test_lite_runtime.py)."""
-    return os.environ.get("NFNET_LITE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "nfnet-mindspore",
-                                                               "lite")
-
-
-def lite_python():
-    """The Python of the Lite wheel's venv, or None when it is not made (its .installed stamp is missing)."""
-    venv = os.path.join(lite_cache(), "py37")
-    return os.path.join(venv, "bin", "python") if os.path.isfile(os.path.join(venv, ".installed")) else None
-
 
 def convert(onnx_path, output_stem, shape, optimize):
     """Write output_stem.mindir: the Lite MINDIR of ``onnx_path`` with input x fixed at ``shape``."""

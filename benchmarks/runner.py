@@ -53,11 +53,31 @@ def cpu_isa():
     return platform.machine()
 
 
+def cpu_identity(cpuinfo):
+    """(model name, "vendor family F model M stepping S") of the first CPU in /proc/cpuinfo's text.
+
+    A KVM guest often reports a generic model name ("Intel(R) Xeon(R) Processor", "AMD EPYC Processor"),
+    so the family and model numbers are what say which CPU the numbers come from (family 6 model 106:
+    Ice Lake server, 6/143: Sapphire Rapids, 6/207: Emerald Rapids, 23/1: AMD Zen 1, 25/1: Zen 3).
+    """
+    fields = {}
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if not key and fields:
+            break  # the end of the first CPU's block
+        fields.setdefault(key, value.strip())
+    numbers = [f"{label} {fields[key]}" for key, label in (("cpu family", "family"), ("model", "model"),
+                                                            ("stepping", "stepping")) if fields.get(key)]
+    identity = " ".join(filter(None, [fields.get("vendor_id", ""), *numbers])) or None
+    return fields.get("model name", "unknown"), identity
+
+
 def machine_info(threads):
-    model = "unknown"
+    model, identity = "unknown", None
     try:
         with open("/proc/cpuinfo") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
+            model, identity = cpu_identity(f.read())
     except OSError:
         pass
     versions = {}
@@ -77,7 +97,7 @@ def machine_info(threads):
                                 timeout=10).stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         commit = None
-    return {"cpu": model, "cores": os.cpu_count(), "usable_cores": available_cores(), "threads": threads,
+    return {"cpu": model, "cpu_id": identity, "cores": os.cpu_count(), "usable_cores": available_cores(), "threads": threads,
             "memory_gb": mem_gb, "isa": cpu_isa(), "load_avg_at_start": list(os.getloadavg()), "platform": platform.platform(),
             "python": platform.python_version(), **versions, "git_commit": commit}
 

@@ -161,14 +161,31 @@ def test_an_unknown_only_name_is_one_error_line_and_exit_2():
 
 
 def test_without_the_lite_venv_the_lite_route_is_skipped_saying_how_to_make_it(tmp_path):
-    """No MindSpore Lite venv (make test-lite makes it): lite_ours is a skipped row with the note, nothing downloaded."""
+    """No MindSpore Lite venv (make lite-venv makes it): lite_ours is a skipped row with the note, nothing downloaded."""
     cache = tmp_path / "no_lite"
     run = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "bench.py"), "--quick", "--only",
                           "lite_ours", "--output-dir", str(tmp_path)], capture_output=True, text=True, timeout=120,
                          env=dict(os.environ, NFNET_LITE_CACHE=str(cache)))
     assert run.returncode == 0, run.stdout + run.stderr
-    note = f"skipped: no MindSpore Lite venv at {cache}/py37 (run `make test-lite` once"
+    note = f"skipped: no MindSpore Lite venv at {cache}/py37 (run `make lite-venv` once"
     record = json.loads((tmp_path / "results.json").read_text())["workers"]["lite_ours"]
     assert not record["ok"] and record["error"].startswith(note) and record["duration_s"] == 0.0
     assert f"lite_ours: {note}" in run.stdout and "failed" not in run.stdout
+    assert not cache.exists()
+
+
+def test_without_python_37_making_the_lite_venv_is_one_error_line_and_nothing_is_left(tmp_path):
+    """make lite-venv (and make bench before the bench) with no Python 3.7 to hold the cp37 wheel."""
+    cache = tmp_path / "lite"
+    bin_dir = tmp_path / "bin"  # a PATH with only this test's Python: no python3.7 on it
+    bin_dir.mkdir()
+    os.symlink(sys.executable, bin_dir / "python3")
+    env = dict(os.environ, NFNET_LITE_CACHE=str(cache), PYENV_ROOT=str(tmp_path / "no_pyenv"), PATH=str(bin_dir),
+               PYTHONPATH=ROOT)
+    run = subprocess.run([sys.executable, "-m", "benchmarks.lite_venv"], capture_output=True, text=True, timeout=60,
+                         env=env, cwd=ROOT)
+    assert run.returncode == 1 and "Traceback" not in run.stderr
+    assert run.stderr.strip().splitlines() == ["error: MindSpore Lite venv: Python 3.7 is missing (mindspore-lite "
+                                               "2.0.0 is a cp37 wheel): install it, e.g. `pyenv install 3.7.16`, or "
+                                               "put python3.7 on PATH"]
     assert not cache.exists()

@@ -11,8 +11,8 @@ from benchmarks import bench, flops, matmul_peak, scaling
 from benchmarks.report import efficiency, format_efficiency, format_rounds
 from benchmarks.bench import finite_losses
 from benchmarks.peers import check_form_logits
-from benchmarks.runner import (inductor_cache_dir, merge_eval_rounds, merge_peak_rounds, merge_rounds, merge_train_rounds,
-                               wait_until_quiet)
+from benchmarks.runner import (cpu_identity, inductor_cache_dir, merge_eval_rounds, merge_peak_rounds, merge_rounds,
+                               merge_train_rounds, wait_until_quiet)
 
 
 def test_layer_macs_of_a_conv_a_grouped_conv_and_a_linear_layer():
@@ -313,3 +313,14 @@ def test_each_isa_limit_has_a_torch_compile_cache_of_its_own(monkeypatch, tmp_pa
     assert os.path.basename(os.path.dirname(native)).startswith("torchinductor_")  # in Inductor's default folder
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
     assert inductor_cache_dir("avx2") == str(tmp_path / "bench_avx2")
+
+
+def test_the_machine_record_names_the_cpus_family_and_model_where_a_guest_hides_its_name():
+    # /proc/cpuinfo of two KVM guests this bench ran on (first lines of each block, two CPUs in the first)
+    emerald = ("processor\t: 0\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 207\n"
+               "model name\t: Intel(R) Xeon(R) Processor\nstepping\t: 2\nflags\t\t: fpu avx512f\n\n"
+               "processor\t: 1\nvendor_id\t: GenuineIntel\ncpu family\t: 6\nmodel\t\t: 106\n\n")
+    assert cpu_identity(emerald) == ("Intel(R) Xeon(R) Processor", "GenuineIntel family 6 model 207 stepping 2")
+    zen1 = "vendor_id\t: AuthenticAMD\ncpu family\t: 23\nmodel\t\t: 1\nmodel name\t: AMD EPYC Processor\n"
+    assert cpu_identity(zen1) == ("AMD EPYC Processor", "AuthenticAMD family 23 model 1")
+    assert cpu_identity("processor\t: 0\nBogoMIPS\t: 50.00\nCPU part\t: 0xd08\n") == ("unknown", None)  # aarch64

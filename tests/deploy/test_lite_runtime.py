@@ -15,41 +15,26 @@ dm_nfnet_nano over 20 images:
   run_infer_310.sh shows that line; a file Lite cannot build is one `error:` line too, never an abort.
 Not proved here: an Ascend device, a MindSpore Lite 2.10 package (no registry has one).
 
-The wheel (169 MB) and a Python 3.7 venv holding it (+ numpy, 16 MB) are made once in
+The wheel (169 MB) and a Python 3.7 venv holding it (+ numpy, 16 MB) are made once (benchmarks/lite_venv.py) in
 $NFNET_LITE_CACHE (default ~/.cache/nfnet-mindspore/lite). Without Python 3.7 or without PyPI the tests
 skip with one line saying what is missing; in CI (CI=1) that line stops the run with exit status 2, as
 tests/conftest.py does for a missing tool.
 """
-import glob
 import json
 import os
-import shutil
 import subprocess
 import sys
 
 import numpy as np
 import pytest
 
+from benchmarks.lite_venv import LITE_VERSION, make_venv
 from deploy_helpers import NUM_CLASSES, ROOT, export_nano, make_network, run_eval_py
 from src.deploy.binio import read_labels, read_tensor
 
 pytestmark = [pytest.mark.lite, pytest.mark.timeout(900)]
 
-LITE_VERSION = "2.0.0"
-WHEEL = f"mindspore_lite-{LITE_VERSION}-cp37-cp37m-manylinux1_x86_64.whl"
-CACHE = os.environ.get("NFNET_LITE_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "nfnet-mindspore",
-                                                               "lite")
 LOGIT_TOLERANCE = 1e-4  # 10x the largest |Lite - MindSpore| logit difference measured (9.3e-6)
-
-
-def find_python37():
-    """A working Python 3.7: pyenv's 3.7.x, else python3.7 on PATH (a pyenv shim without 3.7 selected fails
-    the probe); None when there is none."""
-    pyenv_root = os.environ.get("PYENV_ROOT") or os.path.join(os.path.expanduser("~"), ".pyenv")
-    candidates = sorted(glob.glob(os.path.join(pyenv_root, "versions", "3.7*", "bin", "python3.7")), reverse=True)
-    candidates += [shutil.which("python3.7")] if shutil.which("python3.7") else []
-    probe = "import sys; assert sys.version_info[:2] == (3, 7)"
-    return next((c for c in candidates if run([c, "-c", probe], timeout=60).returncode == 0), None)
 
 
 def run(command, timeout=600, **kwargs):
@@ -63,40 +48,12 @@ def missing(reason):
     pytest.skip(reason)
 
 
-def cause(result):
-    """pip's ERROR line, else the last line of the output."""
-    lines = [line.strip() for line in (result.stderr + result.stdout).splitlines() if line.strip()]
-    return next((line for line in lines if line.startswith("ERROR")), lines[-1] if lines else
-                f"exit status {result.returncode}")
-
-
 @pytest.fixture(scope="session")
 def lite_python():
-    """The interpreter of a Python 3.7 venv holding PyPI's mindspore-lite wheel (made once in CACHE)."""
-    venv = os.path.join(CACHE, "py37")
-    python = os.path.join(venv, "bin", "python")
-    stamp = os.path.join(venv, ".installed")
-    if os.path.isfile(stamp):
-        return python
-    python37 = find_python37()
-    if python37 is None:
-        missing("Python 3.7 is missing (mindspore-lite 2.0.0 is a cp37 wheel): install it, e.g. "
-                    "`pyenv install 3.7.16`, or put python3.7 on PATH")
-    wheel = os.path.join(CACHE, "wheel", WHEEL)
-    if not os.path.isfile(wheel):
-        result = run([python37, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version",
-                      "3.7", "--platform", "manylinux1_x86_64", f"mindspore-lite=={LITE_VERSION}", "-d",
-                      os.path.dirname(wheel)], timeout=1200)
-        if result.returncode != 0 or not os.path.isfile(wheel):
-            missing(f"PyPI's mindspore-lite=={LITE_VERSION} wheel cannot be downloaded: {cause(result)}")
-    shutil.rmtree(venv, ignore_errors=True)  # a venv without its stamp is a half-made one
-    for command in ([python37, "-m", "venv", venv], [python, "-m", "pip", "install", "-q", wheel]):
-        result = run(command, timeout=1200)
-        if result.returncode != 0:
-            missing(f"cannot install {WHEEL} into a Python 3.7 venv ({' '.join(command[:3])}): "
-                        f"{cause(result)}")
-    with open(stamp, "w", encoding="utf-8") as f:
-        f.write(WHEEL + "\n")
+    """The interpreter of a Python 3.7 venv holding PyPI's mindspore-lite wheel (made once: benchmarks/lite_venv.py)."""
+    python, reason = make_venv()
+    if python is None:
+        missing(reason)
     return python
 
 
