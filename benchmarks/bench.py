@@ -76,7 +76,7 @@ if ROOT not in sys.path:  # python benchmarks/bench.py
     sys.path.insert(0, ROOT)
 
 from benchmarks import scaling  # noqa: E402  (after the path fix above)
-from benchmarks.lite_venv import MISSING as LITE_MISSING, lite_cache, venv_python  # noqa: E402
+from benchmarks.lite_venv import MISSING as LITE_MISSING, venv_dir, venv_python  # noqa: E402
 from benchmarks.report import (collect_metrics, efficiency, format_efficiency, format_rounds,  # noqa: E402
                                format_table, plot_ratios)
 from benchmarks.runner import (ISA_LIMITS, available_cores, machine_info, memory_available_gb,  # noqa: E402
@@ -645,17 +645,18 @@ def run_curves(opt, workdir, deadline, workers):
     estimate exceeds the time left is skipped rather than started."""
     records = {scaling.point_key(framework, opt.train_batch, opt.train_size): workers[worker]
                for framework, worker in scaling.FRAMEWORKS if (workers.get(worker) or {}).get("ok")}
-    pairs = []  # (batch, size) still to run, each once (the train size's point is in both sweeps)
+    # (batch, size): [(worker, key)] of the forms still to run, each point once (the train size's is in both sweeps)
+    todo = {}
     for _, batch, size in scaling.run_order(scaling.curve_points(opt.train_batch, opt.train_size, opt.quick)):
-        if (batch, size) not in pairs and any(scaling.point_key(framework, batch, size) not in records
-                                              for framework, _ in scaling.FRAMEWORKS):
-            pairs.append((batch, size))
+        keys = [(worker, scaling.point_key(framework, batch, size)) for framework, worker in scaling.FRAMEWORKS]
+        forms = [(worker, key) for worker, key in keys if key not in records]
+        if forms:
+            todo.setdefault((batch, size), forms)
+    pairs = list(todo)
     basis = None if opt.quick else curve_cost_basis(workers, opt)
     steps = (scaling.fitted_steps(pairs, opt.curve_steps, basis, deadline - time.perf_counter()) if basis else
              {pair: scaling.point_steps(opt.curve_steps, *pair, opt.train_batch, opt.train_size) for pair in pairs})
-    for pair in pairs:
-        forms = [(worker, scaling.point_key(framework, *pair)) for framework, worker in scaling.FRAMEWORKS
-                 if scaling.point_key(framework, *pair) not in records]
+    for pair, forms in todo.items():
         if basis and scaling.point_cost_s(pair, steps[pair], basis) > deadline - time.perf_counter():
             records.update(skipped([key for _, key in forms], opt))
             continue
@@ -722,7 +723,7 @@ def drive(opt):
             elif name == "curves":
                 curve_records = run_curves(opt, workdir, deadline, workers)
             elif name == "lite_ours" and venv_python() is None:
-                workers[name] = {"ok": False, "error": LITE_MISSING.format(lite_cache()), "duration_s": 0.0,
+                workers[name] = {"ok": False, "error": LITE_MISSING.format(venv_dir()), "duration_s": 0.0,
                                  "result": None}
                 print(f"{name}: {workers[name]['error']}", flush=True)
             else:

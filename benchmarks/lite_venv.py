@@ -16,7 +16,7 @@ import sys
 
 LITE_VERSION = "2.0.0"
 WHEEL = f"mindspore_lite-{LITE_VERSION}-cp37-cp37m-manylinux1_x86_64.whl"
-MISSING = ("skipped: no MindSpore Lite venv at {}/py37 (run `make lite-venv` once: it downloads PyPI's "
+MISSING = ("skipped: no MindSpore Lite venv at {} (run `make lite-venv` once: it downloads PyPI's "
            f"mindspore-lite {LITE_VERSION} and makes that Python 3.7 venv)")
 
 
@@ -57,8 +57,9 @@ def find_python37():
 
 def make_venv():
     """(the venv's Python, None), made if it is not yet; (None, why not) without Python 3.7 or the wheel."""
-    if venv_python():
-        return venv_python(), None
+    python = venv_python()
+    if python:
+        return python, None
     python37 = find_python37()
     if python37 is None:
         return None, ("Python 3.7 is missing (mindspore-lite 2.0.0 is a cp37 wheel): install it, e.g. "
@@ -71,7 +72,7 @@ def make_venv():
         if result.returncode != 0 or not os.path.isfile(wheel):
             return None, f"PyPI's mindspore-lite=={LITE_VERSION} wheel cannot be downloaded: {cause(result)}"
     venv = venv_dir()
-    python = os.path.join(venv, "bin", "python")
+    python = os.path.join(venv, "bin", "python")  # the venv's, once made
     shutil.rmtree(venv, ignore_errors=True)  # a venv without its stamp is a half-made one
     for command in ([python37, "-m", "venv", venv], [python, "-m", "pip", "install", "-q", wheel]):
         result = run(command, timeout=1200)

@@ -97,9 +97,9 @@ def machine_info(threads):
                                 timeout=10).stdout.strip() or None
     except (OSError, subprocess.SubprocessError):
         commit = None
-    return {"cpu": model, "cpu_id": identity, "cores": os.cpu_count(), "usable_cores": available_cores(), "threads": threads,
-            "memory_gb": mem_gb, "isa": cpu_isa(), "load_avg_at_start": list(os.getloadavg()), "platform": platform.platform(),
-            "python": platform.python_version(), **versions, "git_commit": commit}
+    return {"cpu": model, "cpu_id": identity, "cores": os.cpu_count(), "usable_cores": available_cores(),
+            "threads": threads, "memory_gb": mem_gb, "isa": cpu_isa(), "load_avg_at_start": list(os.getloadavg()),
+            "platform": platform.platform(), "python": platform.python_version(), **versions, "git_commit": commit}
 
 
 def wait_until_quiet(threshold, max_wait_s, poll_s=5.0, loadavg=os.getloadavg, sleep=time.sleep):
