@@ -34,8 +34,8 @@ def venv_python():
     return os.path.join(venv_dir(), "bin", "python") if os.path.isfile(os.path.join(venv_dir(), ".installed")) else None
 
 
-def run(command, timeout=600):
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+def run(command, timeout=600, **kwargs):
+    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, **kwargs)
 
 
 def cause(result):
@@ -88,7 +88,7 @@ def main():
     if python is None:
         print(f"error: MindSpore Lite venv: {reason}", file=sys.stderr)
         return 1
-    print(f"MindSpore Lite {LITE_VERSION} venv: {os.path.dirname(os.path.dirname(python))}")
+    print(f"MindSpore Lite {LITE_VERSION} venv: {venv_dir()}")
     return 0
 
 

@@ -22,23 +22,18 @@ tests/conftest.py does for a missing tool.
 """
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-from benchmarks.lite_venv import LITE_VERSION, make_venv
+from benchmarks.lite_venv import LITE_VERSION, make_venv, run
 from deploy_helpers import NUM_CLASSES, ROOT, export_nano, make_network, run_eval_py
 from src.deploy.binio import read_labels, read_tensor
 
 pytestmark = [pytest.mark.lite, pytest.mark.timeout(900)]
 
 LOGIT_TOLERANCE = 1e-4  # 10x the largest |Lite - MindSpore| logit difference measured (9.3e-6)
-
-
-def run(command, timeout=600, **kwargs):
-    return subprocess.run(command, capture_output=True, text=True, timeout=timeout, **kwargs)
 
 
 def missing(reason):

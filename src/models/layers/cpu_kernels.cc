@@ -1574,6 +1574,17 @@ WeightMap &weight_map(DnnlContext &ctx, DnnlConv *conv, dnnl_memory_t layout, We
   return *map;
 }
 
+// fn(r0, n, block) in parallel for each block of n = map.rows_together rows (r0 a multiple of n), which lie
+// side by side in the layout; `block` is scratch for their n * k values (a thread's own).
+template <typename Fn>
+void for_row_blocks(const WeightMap &map, int64_t rows, int64_t k, Fn fn) {
+  const int64_t n = map.rows_together;
+  g_pool.parallel_for(rows / n, threads(), [&](int64_t begin, int64_t end) {
+    std::vector<float> block(n * k);
+    for (int64_t b = begin; b < end; ++b) fn(b * n, n, block.data());
+  });
+}
+
 // cw's weight standardized into `layout` (the primitive's weights memory, its handle set), through its map
 // or, where the layout does not separate, through OIHW and the reorder `to_layout`.
 bool standardize_into(DnnlContext &ctx, DnnlConv *conv, const ConvWeights &cw, dnnl_memory_t layout,
@@ -1594,19 +1605,11 @@ bool standardize_into(DnnlContext &ctx, DnnlConv *conv, const ConvWeights &cw, d
   // 192 px, Zen 4 with AVX-512, `perf` over 12 steady steps: this loop 3.05 -> 2.30 % of the samples, the
   // whole standardization (with the backward's gather below) 5.9 -> 4.7 %.
   float *out = static_cast<float *>(ctx.weights_buffer(0));
-  const int64_t n = map.rows_together;
-  g_pool.parallel_for(rows / n, threads(), [&](int64_t begin, int64_t end) {
-    std::vector<float> block(n * k);
-    for (int64_t b = begin; b < end; ++b) {
-      const int64_t r0 = b * n;
-      for (int64_t t = 0; t < n; ++t)
-        standardize_row(w + (r0 + t) * k, k, cw.gain[r0 + t], cw.consts, block.data() + t * k);
-      float *base = out + map.row[r0];
-      for (int64_t j = 0; j < k; ++j) {
-        float *to = base + map.col[j];
-        for (int64_t t = 0; t < n; ++t) to[t] = block[t * k + j];
-      }
-    }
+  for_row_blocks(map, rows, k, [&](int64_t r0, int64_t n, float *block) {
+    for (int64_t t = 0; t < n; ++t) standardize_row(w + (r0 + t) * k, k, cw.gain[r0 + t], cw.consts, block + t * k);
+    float *base = out + map.row[r0];
+    for (int64_t j = 0; j < k; ++j)
+      for (int64_t t = 0; t < n; ++t) base[map.col[j] + t] = block[t * k + j];
   });
   return true;
 }
@@ -1667,21 +1670,12 @@ bool dnnl_backward_weights(DnnlContext &ctx, DnnlConv *conv, dnnl_memory_t x, dn
     return true;
   }
   const float *diff = static_cast<const float *>(ctx.weights_buffer(0));
-  const int64_t n = map.rows_together;  // read a column of side-by-side rows at a time, as standardize_into writes
-  g_pool.parallel_for(rows / n, threads(), [&](int64_t begin, int64_t end) {
-    std::vector<float> block(n * k);
-    for (int64_t b = begin; b < end; ++b) {
-      const int64_t r0 = b * n;
-      const float *base = diff + map.row[r0];
-      for (int64_t j = 0; j < k; ++j) {
-        const float *from = base + map.col[j];
-        for (int64_t t = 0; t < n; ++t) block[t * k + j] = from[t];
-      }
-      for (int64_t t = 0; t < n; ++t) {
-        const int64_t r = r0 + t;
-        standardize_row_backward(w + r * k, block.data() + t * k, k, cw->gain[r], cw->consts, dw + r * k, dg + r);
-      }
-    }
+  for_row_blocks(map, rows, k, [&](int64_t r0, int64_t n, float *block) {  // read as standardize_into writes
+    const float *base = diff + map.row[r0];
+    for (int64_t j = 0; j < k; ++j)
+      for (int64_t t = 0; t < n; ++t) block[t * k + j] = base[map.col[j] + t];
+    for (int64_t r = r0; r < r0 + n; ++r)
+      standardize_row_backward(w + r * k, block + (r - r0) * k, k, cw->gain[r], cw->consts, dw + r * k, dg + r);
   });
   return true;
 }
