@@ -58,7 +58,8 @@ def cpu_identity(cpuinfo):
 
     A KVM guest often reports a generic model name ("Intel(R) Xeon(R) Processor", "AMD EPYC Processor"),
     so the family and model numbers are what say which CPU the numbers come from (family 6 model 106:
-    Ice Lake server, 6/143: Sapphire Rapids, 6/207: Emerald Rapids, 23/1: AMD Zen 1, 25/1: Zen 3, 25/17: Zen 4, 26/2: Zen 5).
+    Ice Lake server, 6/143: Sapphire Rapids, 6/207: Emerald Rapids, 23/1: AMD Zen 1, 25/1: Zen 3,
+    25/17: Zen 4, 26/2: Zen 5).
     """
     fields = {}
     for line in cpuinfo.splitlines():
