@@ -199,8 +199,9 @@ def test_the_blocks_fused_chain_computes_the_separate_cells_gradients(gelu_form,
 
 
 def test_no_fused_chain_where_a_blocked_layout_would_be_padded():
-    """Channels between the convolutions that are not a multiple of oneDNN's block (16) keep the separate
-    cells: the chain's GELU would run over the layout's padding."""
+    """Channels between the convolutions, or into the first, that are not a multiple of oneDNN's block (16) keep
+    the separate cells: the chain's GELU would run over the layout's padding, and the training chain keeps its
+    input in the first convolution's layout in an output of the input's size."""
     from src.models.nfnet import NfCfg, NormFreeBlock
     from src.models.layers import ScaledStdConv2d as Conv
 
@@ -208,6 +209,13 @@ def test_no_fused_chain_where_a_blocked_layout_would_be_padded():
     block = NormFreeBlock(40, 40, 1, 0.2, 1.0, cfg, Conv, partial(GammaAct, "gelu"), 0.0)  # 24 between
     apply_fast_forms(block)
     assert block.fused_chain is None and block.conv1.out_channels % 16
+    cfg = NfCfg(depths=(1,), channels=(64,), group_size=16)
+    block = NormFreeBlock(40, 64, 1, 0.2, 1.0, cfg, Conv, partial(GammaAct, "gelu"), 0.0)  # 40 in, 32 between
+    apply_fast_forms(block)
+    assert block.fused_chain is None and block.conv1.out_channels % 16 == 0
+    block = NormFreeBlock(48, 64, 1, 0.2, 1.0, cfg, Conv, partial(GammaAct, "gelu"), 0.0)
+    apply_fast_forms(block)
+    assert block.fused_chain is not None or not cpu_kernels.dnnl_available()
 
 
 def test_fused_mul_rows_matches_operator_form_and_its_gradient():

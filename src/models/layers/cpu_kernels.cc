@@ -1746,6 +1746,7 @@ struct DnnlChain {
   std::vector<dnnl_primitive_t> saved_to_src;  // conv i-1's dst -> conv i's backward-weights src
   std::vector<dnnl_primitive_t> saved_to_dy;   // (entry i for i < count - 1) conv i's dst -> its backward-data diff_dst
   std::vector<dnnl_primitive_t> data_to_weights_dy;  // conv i's backward-data diff_dst -> backward-weights'
+  dnnl_primitive_t x_to_weights_x = nullptr;  // conv 0's forward src layout -> its backward-weights src layout
   size_t region = 0;  // bytes of one of the activation regions: the largest of every layout above
 };
 
@@ -1806,6 +1807,11 @@ DnnlChain *dnnl_chain(const int64_t *x, int count, int64_t *const *w, int64_t *c
     if (i > 0) chain->saved_to_dy.push_back(saved_to_dy);
     chain->data_to_weights_dy.push_back(to_weights_dy);
   }
+  // the training forward keeps x in the first convolution's layout in an output of x's size: not a padded one
+  const size_t x_bytes = static_cast<size_t>(numel(4, x)) * sizeof(float);
+  if (dnnl_memory_desc_get_size(dnnl_md(chain->convs[0]->x.inner)) != x_bytes ||
+      !dnnl_change(chain->convs[0]->x.inner, chain->convs[0]->weights_x.inner, &bytes, &chain->x_to_weights_x))
+    return nullptr;
   chain->region = (bytes + 4095) / 4096 * 4096;
   dnnl_context().activations_buffer(5 * chain->region);
   chains.emplace_back(key, std::move(chain));
@@ -1845,10 +1851,10 @@ char *chain_region(DnnlContext &ctx, const DnnlChain &chain, int r) {
 }
 
 // The chain's forward from NCHW `x` with convolution i's weights cw[i]; the last convolution's output goes
-// to NCHW `y`, and with `saved`, convolution i's (the GELU's input) to saved[i] in its blocked layout, for
-// the backward.
+// to NCHW `y`, and with `saved`, convolution i's (the GELU's input) to saved[i] in its blocked layout and x to
+// saved_x in the first convolution's, for the backward.
 bool dnnl_chain_forward(DnnlContext &ctx, const DnnlChain &chain, void *x, const ConvWeights *cw, void *y,
-                        void *const *saved, float half_gamma, bool tanh_form) {
+                        void *const *saved, void *saved_x, float half_gamma, bool tanh_form) {
   const int count = static_cast<int>(chain.convs.size());
   char *regions[3] = {chain_region(ctx, chain, 0), chain_region(ctx, chain, 1), chain_region(ctx, chain, 2)};
   for (int i = 0; i < count; ++i) {
@@ -1856,8 +1862,9 @@ bool dnnl_chain_forward(DnnlContext &ctx, const DnnlChain &chain, void *x, const
     char *out = regions[1 - i % 2];  // conv i reads the other region (or the third, after a reorder)
     if (i == 0) {
       dnnl_memory_set_data_handle(conv->x.user, x);
-      if (conv->x.reorder) dnnl_memory_set_data_handle(conv->x.inner, regions[0]);
+      if (conv->x.reorder) dnnl_memory_set_data_handle(conv->x.inner, saved ? saved_x : regions[0]);
       if (!dnnl_load(ctx, conv->x)) return false;
+      if (saved && !conv->x.reorder) std::memcpy(saved_x, x, dnnl_memory_desc_get_size(dnnl_md(conv->x.user)));
     }
     const bool last = i + 1 == count;
     if (last) {
@@ -1888,8 +1895,8 @@ struct ConvGrads {
   void *weight = nullptr, *gain = nullptr, *bias = nullptr;
 };
 
-// The chain's gradients. `x` and `dy` are NCHW, saved[i] the forward's saved[i]; cw[i] convolution i's
-// weights as in the forward; `dx` (NCHW) and grads[i] are written.
+// The chain's gradients. `dy` is NCHW, `x` and saved[i] the forward's saved_x and saved[i]; cw[i] convolution
+// i's weights as in the forward; `dx` (NCHW) and grads[i] are written.
 bool dnnl_chain_backward(DnnlContext &ctx, const DnnlChain &chain, void *x, void *dy, void *const *saved,
                          const ConvWeights *cw, void *dx, const ConvGrads *grads, float gamma, bool tanh_form) {
   const int count = static_cast<int>(chain.convs.size());
@@ -1917,10 +1924,10 @@ bool dnnl_chain_backward(DnnlContext &ctx, const DnnlChain &chain, void *x, void
       dnnl_memory_set_data_handle(weights_dy, r[2]);
       if (!dnnl_reorder_run(ctx, chain.data_to_weights_dy[i], conv->data_dy.inner, weights_dy)) return false;
     }
-    if (i == 0) {
-      dnnl_memory_set_data_handle(conv->weights_x.user, x);
-      if (conv->weights_x.reorder) dnnl_memory_set_data_handle(conv->weights_x.inner, r[3]);
-      if (!dnnl_load(ctx, conv->weights_x)) return false;
+    if (i == 0) {  // x in the forward's layout, kept from it: no reorder from NCHW again
+      dnnl_memory_set_data_handle(conv->x.inner, x);
+      dnnl_memory_set_data_handle(conv->weights_x.inner, chain.x_to_weights_x ? r[3] : x);
+      if (!dnnl_reorder_run(ctx, chain.x_to_weights_x, conv->x.inner, conv->weights_x.inner)) return false;
       if (!dnnl_backward_weights(ctx, conv, conv->weights_x.inner, weights_dy, grads[0].weight, grads[0].bias, &cw[0],
                                  grads[0].gain))
         return false;
@@ -1973,13 +1980,13 @@ bool dnnl_chain_backward(DnnlContext &ctx, const DnnlChain &chain, void *x, void
 namespace {
 
 // DnnlConvGeluChain (`training` false) and DnnlConvGeluChainTrain: the same inputs and y, the latter
-// with the count - 1 saved activations after y; with `standardizes`, each convolution's raw weight, gain
+// with the count - 1 saved activations and saved x after y; with `standardizes`, each convolution's raw weight, gain
 // and standardization consts in place of its standardized weight (DnnlConvGeluChainTrainStd).
 int chain_forward_kernel(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes, bool training,
                          bool standardizes) {
   const int per = standardizes ? 5 : 3;  // per convolution: weight[, gain, consts], bias, geometry
-  const int count = training ? (nparam - 2) / (per + 1) : (nparam - 3) / per;
-  if (nparam != (training ? (per + 1) * count + 2 : per * count + 3)) return 1;
+  const int count = training ? (nparam - 3) / (per + 1) : (nparam - 3) / per;
+  if (nparam != (training ? (per + 1) * count + 3 : per * count + 3)) return 1;
   DnnlContext &ctx = dnnl_context();
   std::lock_guard<std::mutex> lock(ctx.run);
   DnnlChain *chain = dnnl_chain_of(count, 1, per, nparam, ndims, shapes, dtypes);
@@ -1996,7 +2003,8 @@ int chain_forward_kernel(int nparam, void **params, int *ndims, int64_t **shapes
   }
   const float *consts = input(params, per * count + 1);
   return dnnl_chain_forward(ctx, *chain, params[0], cw.data(), params[per * count + 2],
-                            training ? params + per * count + 3 : nullptr, 0.5f * consts[0], consts[1] != 0.0f)
+                            training ? params + per * count + 3 : nullptr, training ? params[nparam - 1] : nullptr,
+                            0.5f * consts[0], consts[1] != 0.0f)
              ? 0 : 1;
 }
 
@@ -2043,14 +2051,15 @@ extern "C" int DnnlConvGeluChain(int nparam, void **params, int *ndims, int64_t 
 }
 
 // DnnlConvGeluChain in training: the same params, then after y the outputs saved_0 ... saved_{count-2},
-// convolution i's output (the GELU's input, shaped as NCHW, in oneDNN's blocked layout) for
-// DnnlConvGeluChainBackward.
+// convolution i's output (the GELU's input, shaped as NCHW, in oneDNN's blocked layout), and saved_x, x in the
+// first convolution's layout (its reorder from NCHW, which the forward makes anyway, written there instead of
+// to a scratch buffer), for DnnlConvGeluChainBackward.
 extern "C" int DnnlConvGeluChainTrain(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
                                       void *, void *) {
   return chain_forward_kernel(nparam, params, ndims, shapes, dtypes, true, false);
 }
 
-// The gradients of DnnlConvGeluChainTrain. params: x, dy (the gradient of y), saved_0 ...
+// The gradients of DnnlConvGeluChainTrain. params: saved_x (in place of x), dy (the gradient of y), saved_0 ...
 // saved_{count-2}, then per convolution its weight and geometry, then consts; outputs dx, then per
 // convolution dweight and dbias.
 extern "C" int DnnlConvGeluChainBackward(int nparam, void **params, int *ndims, int64_t **shapes, const char **dtypes,
@@ -2061,14 +2070,14 @@ extern "C" int DnnlConvGeluChainBackward(int nparam, void **params, int *ndims, 
 // DnnlConvGeluChainTrain with each convolution's weight standardized inside (the arithmetic of
 // WeightStandardizeForward, written straight into the layout oneDNN reads). params: x, then per
 // convolution its raw weight, gain (out, 1, 1, 1), standardization consts (3,), bias and geometry, then
-// consts; outputs y, saved_0 ... saved_{count-2}.
+// consts; outputs y, saved_0 ... saved_{count-2}, saved_x.
 extern "C" int DnnlConvGeluChainTrainStd(int nparam, void **params, int *ndims, int64_t **shapes,
                                          const char **dtypes, void *, void *) {
   return chain_forward_kernel(nparam, params, ndims, shapes, dtypes, true, true);
 }
 
 // The gradients of DnnlConvGeluChainTrainStd, through the standardization (WeightStandardizeBackward's
-// arithmetic, read straight from the layout oneDNN writes the weight gradient in). params: x, dy,
+// arithmetic, read straight from the layout oneDNN writes the weight gradient in). params: saved_x, dy,
 // saved_0 ... saved_{count-2}, then per convolution its raw weight, gain, standardization consts and
 // geometry, then consts; outputs dx, then per convolution dweight, dgain and dbias.
 extern "C" int DnnlConvGeluChainBackwardStd(int nparam, void **params, int *ndims, int64_t **shapes,

@@ -490,9 +490,10 @@ def _chain_shapes(x, *rest):
 
 
 def _chain_train_shapes(*shapes):
-    """DnnlConvGeluChainTrain's outputs: y, then each saved GELU input (the outputs of all but the last convolution)."""
+    """DnnlConvGeluChainTrain's outputs: y, then each saved GELU input (the outputs of all but the last
+    convolution), then the saved x."""
     outputs = _chain_shapes(*shapes)
-    return (outputs[-1], *outputs[:-1])
+    return (outputs[-1], *outputs[:-1], shapes[0])
 
 
 def _chain_backward_shapes(x, _dy, *rest):
@@ -533,14 +534,17 @@ def _chain_inputs(x, weights_and_biases, geometry):
 class _TrainingChain(nn.Cell):
     """DnnlConvGeluChainTrain with DnnlConvGeluChainBackward as its gradient: returns (y, saved_0, ...), the
     GELUs' inputs in oneDNN's blocked layout (their NCHW shapes, the same number of elements), which the
-    backward takes instead of NCHW activations."""
+    backward takes instead of NCHW activations, and then x as the first convolution reads it: the forward's
+    reorder of x writes it there instead of into a scratch buffer, and the backward's weight gradient reads it
+    without reordering x from NCHW again."""
 
     def __init__(self, geometry, consts):
         super().__init__()
         if len(geometry) != 4:
             raise ValueError(f"the training chain takes an NF block's 4 convolutions, not {len(geometry)}")
         self.geometry, self.consts = geometry, consts
-        self.forward = _custom("DnnlConvGeluChainTrain", _chain_train_shapes, lambda x, *_rest: (x,) * len(geometry))
+        self.forward = _custom("DnnlConvGeluChainTrain", _chain_train_shapes,
+                               lambda x, *_rest: (x,) * (len(geometry) + 1))
         self.backward = _custom("DnnlConvGeluChainBackward", _chain_backward_shapes,
                                 lambda x, *_rest: (x,) * (1 + 2 * len(geometry)))
 
@@ -548,7 +552,7 @@ class _TrainingChain(nn.Cell):
         return self.forward(*_chain_inputs(x, weights_and_biases, self.geometry), self.consts)
 
     def bprop(self, x, w1, b1, w2, b2, w2b, b2b, w3, b3, out, dout):  # MindSpore's bprop takes no *args
-        inputs = [x, dout[0], *out[1:]]
+        inputs = [out[-1], dout[0], *out[1:-1]]  # x as the forward saved it, in its layout
         for weight, geometry in zip((w1, w2, w2b, w3), self.geometry):
             inputs += [weight, geometry]
         return self.backward(*inputs, self.consts)
@@ -570,7 +574,7 @@ class _StandardizingTrainingChain(nn.Cell):
             raise ValueError(f"the training chain takes an NF block's 4 convolutions, not {len(geometry)}")
         self.geometry, self.consts, self.standardization = geometry, consts, standardization
         self.forward = _custom("DnnlConvGeluChainTrainStd", _chain_train_std_shapes,
-                               lambda x, *_rest: (x,) * len(geometry))
+                               lambda x, *_rest: (x,) * (len(geometry) + 1))
         self.backward = _custom("DnnlConvGeluChainBackwardStd", _chain_backward_std_shapes,
                                 lambda x, *_rest: (x,) * (1 + 3 * len(geometry)))
 
@@ -582,7 +586,7 @@ class _StandardizingTrainingChain(nn.Cell):
         return self.forward(*inputs, self.consts)
 
     def bprop(self, x, w1, g1, b1, w2, g2, b2, w2b, g2b, b2b, w3, g3, b3, out, dout):
-        inputs = [x, dout[0], *out[1:]]
+        inputs = [out[-1], dout[0], *out[1:-1]]  # x as the forward saved it, in its layout
         for weight, gain, consts, geometry in zip((w1, w2, w2b, w3), (g1, g2, g2b, g3), self.standardization,
                                                    self.geometry):
             inputs += [weight, gain, consts, geometry]
