@@ -6,7 +6,6 @@ loads 1:1. Every architectural knob lives in `NfCfg`; a variant's widths and dep
 are its row of the variant table, src/variants.py.
 """
 import math
-from collections import OrderedDict
 from dataclasses import dataclass
 from functools import partial
 from typing import Tuple
@@ -155,17 +154,40 @@ class NormFreeBlock(nn.Cell):
         return self.attn_last(out, self.drop_path.mask_scale(scale, out.shape[0]), shortcut)
 
 
-def create_stem(in_chs, out_chs, conv_layer, act_layer):
-    """DeepMind's 'deep_quad' stem: four 3x3 convs (strides 2, 1, 1, 2), no activation after the last."""
-    chs = (out_chs // 8, out_chs // 4, out_chs // 2, out_chs)
-    strides = (2, 1, 1, 2)
-    layers = OrderedDict()
-    for i, (c, s) in enumerate(zip(chs, strides)):
-        layers[f"conv{i + 1}"] = conv_layer(in_chs, c, 3, stride=s)
-        if i != len(chs) - 1:
-            layers[f"act{i + 2}"] = act_layer()
-        in_chs = c
-    return nn.SequentialCell(layers)
+class Stem(nn.Cell):
+    """DeepMind's 'deep_quad' stem: four 3x3 convs (strides 2, 1, 1, 2) with an activation between each, none
+    after the last (timm's names: conv1, act2, conv2, act3, conv3, act4, conv4). An NF block's main path has the
+    same shape, so where a backend has that path as one kernel the stem runs through it too (`fused_chain`,
+    layers/fast_forms.py)."""
+
+    def __init__(self, in_chs, out_chs, conv_layer, act_layer):
+        super().__init__()
+        self.conv1 = conv_layer(in_chs, out_chs // 8, 3, stride=2)
+        self.act2 = act_layer()
+        self.conv2 = conv_layer(out_chs // 8, out_chs // 4, 3)
+        self.act3 = act_layer()
+        self.conv3 = conv_layer(out_chs // 4, out_chs // 2, 3)
+        self.act4 = act_layer()
+        self.conv4 = conv_layer(out_chs // 2, out_chs, 3, stride=2)
+        self.fused_chain = None
+
+    def chain_parts(self):
+        """The convolutions and the activations between them, in order."""
+        return (self.conv1, self.conv2, self.conv3, self.conv4), (self.act2, self.act3, self.act4)
+
+    def construct(self, x):
+        if self.fused_chain is not None and self.training and self.fused_chain.standardizes:
+            return self.fused_chain(x, self.conv1.weight, self.conv1.gain, self.conv1.bias,
+                                    self.conv2.weight, self.conv2.gain, self.conv2.bias,
+                                    self.conv3.weight, self.conv3.gain, self.conv3.bias,
+                                    self.conv4.weight, self.conv4.gain, self.conv4.bias)
+        if self.fused_chain is not None:
+            return self.fused_chain(x, self.conv1.standardized_weight(), self.conv1.bias,
+                                    self.conv2.standardized_weight(), self.conv2.bias,
+                                    self.conv3.standardized_weight(), self.conv3.bias,
+                                    self.conv4.standardized_weight(), self.conv4.bias)
+        x = self.conv2(self.act2(self.conv1(x)))
+        return self.conv4(self.act4(self.conv3(self.act3(x))))
 
 
 class ClassifierHead(nn.Cell):
@@ -202,7 +224,7 @@ class NormFreeNet(nn.Cell):
         self.gelu_form = gelu_form
         conv_layer = partial(ScaledStdConv2d, ws_form=ws_form, eps=cfg.std_conv_eps if ws_form == "timm" else None)
         act_layer = partial(GammaAct, cfg.act_layer, gelu_form=gelu_form)
-        self.stem = create_stem(in_chans, cfg.stem_chs, conv_layer, act_layer)
+        self.stem = Stem(in_chans, cfg.stem_chs, conv_layer, act_layer)
         rates = drop_path_rates(drop_path_rate, cfg.depths, drop_path_mode)
         prev_chs, expected_var, block_idx = cfg.stem_chs, 1.0, 0
         stages = []

@@ -131,9 +131,56 @@ def _chained_and_plain(gelu_form, **kwargs):
 
 
 def _chain_blocks(network):
-    blocks = [cell for _, cell in network.cells_and_names() if hasattr(cell, "chain_parts")]
+    """The network's NF blocks, each with its fused chain (nano's stem, 4 channels wide at first, has none)."""
+    from src.models.nfnet import NormFreeBlock
+
+    blocks = [cell for _, cell in network.cells_and_names() if isinstance(cell, NormFreeBlock)]
     assert blocks and all(isinstance(b.fused_chain, cpu_kernels.FusedConvGeluChain) for b in blocks)
+    assert network.stem.fused_chain is None
     return blocks
+
+
+def _weighted_sum_grads(cell, x, dout):
+    """The gradients of sum(cell(x) * dout) for every trainable parameter of `cell`."""
+    def weighted_sum(images):
+        return (cell(images) * dout).sum()
+
+    return ms.grad(weighted_sum, None, cell.trainable_params())(x)
+
+
+@pytest.mark.parametrize("mode", ["pynative", "graph_mode"])
+def test_f0s_stem_as_a_fused_chain_computes_the_separate_cells_floats_and_gradients(mode, request):
+    """F0's stem (3 -> 16 -> 32 -> 64 -> 128 channels, 3x3 convolutions with GELUs between) has an NF block's
+    main-path shape and runs as one fused chain: the output, in training and at inference, and every gradient
+    equal the separate cells' bit for bit (the 3 image channels stay in a plain layout)."""
+    if not cpu_kernels.dnnl_available():
+        pytest.skip("the fused library was built without oneDNN")
+    from src.models.nfnet import Stem
+
+    request.getfixturevalue(mode)
+    stems = []
+    for chained in (True, False):
+        ms.set_seed(0)
+        stem = Stem(3, 128, partial(ScaledStdConv2d, eps=1e-5), partial(GammaAct, "gelu"))
+        apply_fast_forms(stem)
+        assert isinstance(stem.fused_chain, cpu_kernels.FusedConvGeluChain)
+        if not chained:
+            stem.fused_chain = None
+        stems.append(stem)
+    x = ms.Tensor(np.random.default_rng(7).standard_normal((2, 3, 32, 32)).astype(np.float32))
+    dout = ms.Tensor(np.random.default_rng(8).standard_normal((2, 128, 8, 8)).astype(np.float32))
+    outputs, grads = [], []
+    for stem in stems:
+        stem.set_train(True)
+        outputs.append(stem(x).asnumpy())
+        grads.append([g.asnumpy() for g in _weighted_sum_grads(stem, x, dout)])
+        stem.set_train(False)
+        outputs.append(stem(x).asnumpy())
+    np.testing.assert_array_equal(outputs[0], outputs[2])
+    np.testing.assert_array_equal(outputs[1], outputs[3])
+    assert len(grads[0]) == 12 and np.abs(grads[1][0]).max() > 0
+    for got, want in zip(*grads):
+        np.testing.assert_array_equal(got, want)
 
 
 @pytest.mark.parametrize("mode", ["pynative", "graph_mode"])

@@ -56,9 +56,10 @@ def _swaps(forms):
 
 
 def _chain_of(cell):
-    """The fused chain for a cell with `chain_parts()` (an NF block), or None where the kernel
+    """The fused chain for a cell with `chain_parts()` (an NF block, the stem), or None where the kernel
     cannot take it: every convolution on oneDNN, one GELU between them, no padded blocked layout
-    for its input or between them (channels a multiple of 16, oneDNN's widest block)."""
+    for its input or between them (channels a multiple of 16, oneDNN's widest block, or the stem's 3
+    image channels, which oneDNN reads in a plain layout)."""
     from . import cpu_kernels as k
 
     convs, acts = cell.chain_parts()
@@ -68,7 +69,7 @@ def _chain_of(cell):
     if not all(type(a) is k.FusedScaledGELU and (a.gamma, a.gelu_form) == (acts[0].gamma, acts[0].gelu_form)
                for a in acts):
         return None
-    if convs[0].in_channels % 16 or any(c.out_channels % 16 for c in convs[:-1]):
+    if (convs[0].in_channels != 3 and convs[0].in_channels % 16) or any(c.out_channels % 16 for c in convs[:-1]):
         return None
     standardize = [getattr(c, "standardize", None) for c in convs]
     standardization = ([(ws.scale, ws.eps, ws.form) for ws in standardize]
