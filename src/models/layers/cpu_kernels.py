@@ -523,6 +523,12 @@ def _chain_backward_std_shapes(x, _dy, *rest):
     return (x, *[s for weight, gain, _consts, _geo in convs for s in (weight, gain, (weight[0],))])
 
 
+def _backward_activations(out, dout):
+    """The training chain backward's first inputs: x as the forward kept it (its last output, in the first
+    convolution's layout), y's gradient, then the saved GELU inputs."""
+    return [out[-1], dout[0], *out[1:-1]]
+
+
 def _chain_inputs(x, weights_and_biases, geometry):
     """x, then weight, bias and geometry per convolution: the chain kernels' inputs before consts."""
     inputs = [x]
@@ -541,7 +547,7 @@ class _TrainingChain(nn.Cell):
     def __init__(self, geometry, consts):
         super().__init__()
         if len(geometry) != 4:
-            raise ValueError(f"the training chain takes an NF block's 4 convolutions, not {len(geometry)}")
+            raise ValueError(f"the training chain takes 4 convolutions (a main path, the stem), not {len(geometry)}")
         self.geometry, self.consts = geometry, consts
         self.forward = _custom("DnnlConvGeluChainTrain", _chain_train_shapes,
                                lambda x, *_rest: (x,) * (len(geometry) + 1))
@@ -552,7 +558,7 @@ class _TrainingChain(nn.Cell):
         return self.forward(*_chain_inputs(x, weights_and_biases, self.geometry), self.consts)
 
     def bprop(self, x, w1, b1, w2, b2, w2b, b2b, w3, b3, out, dout):  # MindSpore's bprop takes no *args
-        inputs = [out[-1], dout[0], *out[1:-1]]  # x as the forward saved it, in its layout
+        inputs = _backward_activations(out, dout)
         for weight, geometry in zip((w1, w2, w2b, w3), self.geometry):
             inputs += [weight, geometry]
         return self.backward(*inputs, self.consts)
@@ -571,7 +577,7 @@ class _StandardizingTrainingChain(nn.Cell):
     def __init__(self, geometry, consts, standardization):
         super().__init__()
         if len(geometry) != 4 or len(standardization) != 4:
-            raise ValueError(f"the training chain takes an NF block's 4 convolutions, not {len(geometry)}")
+            raise ValueError(f"the training chain takes 4 convolutions (a main path, the stem), not {len(geometry)}")
         self.geometry, self.consts, self.standardization = geometry, consts, standardization
         self.forward = _custom("DnnlConvGeluChainTrainStd", _chain_train_std_shapes,
                                lambda x, *_rest: (x,) * (len(geometry) + 1))
@@ -586,7 +592,7 @@ class _StandardizingTrainingChain(nn.Cell):
         return self.forward(*inputs, self.consts)
 
     def bprop(self, x, w1, g1, b1, w2, g2, b2, w2b, g2b, b2b, w3, g3, b3, out, dout):
-        inputs = [out[-1], dout[0], *out[1:-1]]  # x as the forward saved it, in its layout
+        inputs = _backward_activations(out, dout)
         for weight, gain, consts, geometry in zip((w1, w2, w2b, w3), (g1, g2, g2b, g3), self.standardization,
                                                    self.geometry):
             inputs += [weight, gain, consts, geometry]
